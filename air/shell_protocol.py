@@ -1,0 +1,186 @@
+"""The byte-level protocol of the persistent shell, free of any I/O (so it is tested without Docker).
+
+A command travels as one line: ``eval $'...' </dev/null && rc=0 || rc=$?`` followed by a
+``printf`` of an end marker that carries a per-command nonce, the exit code and the shell's cwd.
+The shell is an *interactive* bash without a terminal (``-i``, no readline, no history): unlike a
+non-interactive one it survives syntax and expansion errors (``${x:?}``), and SIGINT abandons the
+current line (breaking a builtin ``while true``) instead of killing it.
+
+- ``eval`` of an ANSI-C quoted string runs in the shell itself, so ``cd``, ``export`` and
+  functions persist; a syntax error is reported by ``eval`` and never leaves bash waiting for
+  more input (no ``bash -n`` round trip as MLGym does).
+- stdin is ``/dev/null``: a command that reads stdin cannot swallow the marker line.
+- ``&& rc=0 || rc=$?`` keeps the exit code and means an agent's ``set -e`` cannot kill the shell.
+- The nonce makes the marker unforgeable by command output.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from dataclasses import dataclass
+
+# Docker multiplexes an exec's stdout/stderr (no TTY) in frames: 1 byte stream, 3 zero bytes,
+# 4 bytes big-endian payload length, payload.
+_FRAME_HEADER = 8
+
+_QUOTE_TABLE = [
+    "\\\\" if b == 0x5C else "\\'" if b == 0x27 else chr(b) if 0x20 <= b < 0x7F else f"\\x{b:02x}" for b in range(256)
+]
+
+
+def ansi_c_quote(text: str) -> str:
+    """Quote ``text`` as a bash ``$'...'`` word that round-trips every byte but NUL."""
+    data = text.encode("utf-8", "surrogateescape").replace(b"\x00", b"")
+    return "$'" + "".join(_QUOTE_TABLE[b] for b in data) + "'"
+
+
+# stderr joins stdout before bash starts, so its start-up chatter ("no job control in this shell")
+# arrives in order, ahead of the first marker, instead of on Docker's separately-ordered stream.
+SHELL_ARGV = ["bash", "-c", "PS1= PS2= exec bash --noprofile --norc --noediting +m -i 2>&1"]
+SHELL_ENV = {"PS1": "", "PS2": "", "PROMPT_COMMAND": ""}
+
+
+def shell_setup(path_prepend: str | None = None, cwd: str | None = None) -> bytes:
+    """The first line a new shell reads: merge stderr, quiet the interactive extras, guard exit."""
+    parts = [
+        "exec 2>&1",
+        "set +H +o history",
+        "unset MAILCHECK PROMPT_COMMAND",
+        # `exit` in the agent's shell would end the session; say so instead (scripts may still exit).
+        # (Only in the shell itself: in a subshell, `(exit 7)` keeps its meaning.)
+        "__air_shell=$BASHPID",
+        "exit() { if [ \"$BASHPID\" = \"$__air_shell\" ]; then echo 'exit is disabled in this shell"
+        " (use submit to finish)'; return 1; fi; builtin exit \"$@\"; }",
+        "logout() { exit; }",
+    ]
+    if path_prepend:
+        parts.append(f"[ -d {path_prepend} ] && export PATH={path_prepend}:$PATH")
+    if cwd:
+        parts.append(f"cd {ansi_c_quote(cwd)}")
+    return ("; ".join(parts) + "\n").encode()
+
+
+def new_nonce() -> str:
+    return secrets.token_hex(8)
+
+
+def wrap_command(command: str, nonce: str) -> bytes:
+    """The bytes written to the shell's stdin for one command (always a single line)."""
+    return (
+        f"eval {ansi_c_quote(command)} </dev/null && __air_rc=0 || __air_rc=$?; "
+        f'printf \'\\036AIR{nonce}:%d:%s\\036\\n\' "$__air_rc" "$PWD"\n'
+    ).encode()
+
+
+def recovery_line(nonce: str) -> bytes:
+    """Sent after an interrupt: an interactive bash drops the interrupted line, marker included."""
+    return f"printf '\\036AIR{nonce}:%d:%s\\036\\n' 130 \"$PWD\"\n".encode()
+
+
+def marker_regex(*nonces: str) -> re.Pattern[bytes]:
+    alternatives = b"|".join(re.escape(n.encode()) for n in nonces)
+    return re.compile(rb"\x1eAIR(" + alternatives + rb"):(-?\d+):([^\x1e]*)\x1e\n")
+
+
+# An interactive bash without a terminal complains when a job dies of a signal; not the agent's output.
+_TTY_NOISE = re.compile(rb"bash: \[\d+: \d+ \(\d+\)\] tcsetattr: Inappropriate ioctl for device\n")
+
+# Longest marker we must be able to see across a chunk boundary (cwd up to 4 KiB).
+MARKER_WINDOW = 4096 + 64
+
+
+class FrameDecoder:
+    """Incremental decoder of Docker's multiplexed stream; yields payload bytes."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> bytes:
+        self._buf += data
+        out = bytearray()
+        while len(self._buf) >= _FRAME_HEADER:
+            size = int.from_bytes(self._buf[4:8], "big")
+            if len(self._buf) < _FRAME_HEADER + size:
+                break
+            out += self._buf[_FRAME_HEADER : _FRAME_HEADER + size]
+            del self._buf[: _FRAME_HEADER + size]
+        return bytes(out)
+
+
+@dataclass
+class Capture:
+    """Collects one command's output with a hard memory bound, keeping head and tail."""
+
+    max_bytes: int
+    nonces: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        self._pattern = marker_regex(*self.nonces)
+        self.matched: str | None = None  # which nonce's marker ended the capture
+        self.rest = b""  # bytes that arrived after the marker
+        self._head = bytearray()
+        self._buf = bytearray()  # recent bytes: the tail plus room to see the marker
+        self.total = 0  # bytes of output seen (marker excluded once found)
+        self.omitted = 0
+        self.exit_code: int | None = None
+        self.cwd: str | None = None
+        self.done = False
+
+    @property
+    def _head_cap(self) -> int:
+        return self.max_bytes // 2
+
+    @property
+    def _tail_cap(self) -> int:
+        return self.max_bytes - self._head_cap
+
+    def add_nonce(self, nonce: str) -> None:
+        """Also accept ``nonce``'s marker as the end (the recovery marker after an interrupt)."""
+        self.nonces = (*self.nonces, nonce)
+        self._pattern = marker_regex(*self.nonces)
+
+    def feed(self, data: bytes) -> bool:
+        """Add output; return True once the end marker has arrived."""
+        if self.done or not data:
+            return self.done
+        scan_from = max(0, len(self._buf) - MARKER_WINDOW)
+        if b"tcsetattr" in data:
+            data = _TTY_NOISE.sub(b"", data)
+        self._buf += data
+        self.total += len(data)
+        match = self._pattern.search(self._buf, scan_from)
+        if match:
+            self.matched = match.group(1).decode()
+            self.exit_code = int(match.group(2))
+            self.cwd = match.group(3).decode("utf-8", "replace")
+            self.rest = bytes(self._buf[match.end() :])
+            self.total -= len(self._buf) - match.start()
+            del self._buf[match.start() :]  # the marker and anything a background job printed after it
+            self.done = True
+        self._shrink(keep_window=not self.done)
+        return self.done
+
+    def _shrink(self, keep_window: bool) -> None:
+        room = self._head_cap - len(self._head)
+        if room > 0 and len(self._buf) > self._tail_cap + (MARKER_WINDOW if keep_window else 0):
+            take = min(room, len(self._buf) - self._tail_cap)
+            self._head += self._buf[:take]
+            del self._buf[:take]
+        limit = self._tail_cap + (MARKER_WINDOW if keep_window else 0)
+        if len(self._head) >= self._head_cap and len(self._buf) > limit:
+            drop = len(self._buf) - limit
+            self.omitted += drop
+            del self._buf[:drop]
+
+    @property
+    def truncated(self) -> bool:
+        return self.omitted > 0
+
+    def text(self) -> str:
+        if not self.omitted:
+            return (bytes(self._head) + bytes(self._buf)).decode("utf-8", "replace")
+        tail = bytes(self._buf[-self._tail_cap :]) if self._tail_cap else b""
+        omitted = self.total - len(self._head) - len(tail)
+        note = f"\n[... {omitted} bytes of output omitted ...]\n".encode()
+        return (bytes(self._head) + note + tail).decode("utf-8", "replace")

@@ -1,0 +1,52 @@
+"""Shared fixtures. Docker tests skip with a reason on a user's machine; in CI (CI set) a missing
+engine or image fails the run instead, so the Docker tests can never silently not run there."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from air.sandbox import SandboxConfig
+
+
+def _docker_problem() -> tuple[str | None, str]:
+    try:
+        import docker
+
+        client = docker.from_env(timeout=10)
+        client.ping()
+    except Exception as exc:  # any failure to reach the engine is a reason to skip
+        return f"no Docker engine answers ({type(exc).__name__}: {exc})", ""
+    image = SandboxConfig().resolved_image()
+    try:
+        client.images.get(image)
+    except Exception:
+        return f"sandbox image {image} is missing: run `uv run air build-image`", image
+    return None, image
+
+
+@pytest.fixture(scope="session")
+def docker_image() -> str:
+    problem, image = _docker_problem()
+    if problem:
+        if os.environ.get("CI"):
+            pytest.fail(f"Docker tests must run in CI: {problem}")
+        pytest.skip(problem)
+    return image
+
+
+@pytest.fixture
+def sandbox_config(docker_image: str) -> SandboxConfig:
+    return SandboxConfig(image=docker_image, run_id="pytest", cpus=1.0, memory="1g")
+
+
+@pytest.fixture
+async def sandbox(sandbox_config: SandboxConfig):
+    from air.sandbox import Sandbox
+
+    sb = await Sandbox.create(sandbox_config)
+    try:
+        yield sb
+    finally:
+        await sb.destroy()
