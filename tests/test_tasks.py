@@ -1,0 +1,101 @@
+"""Task configs without Docker: where the root comes from, typed loading, metrics, layout."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from air.tasks import (
+    BUILTIN_TASK_ROOT,
+    TaskError,
+    list_tasks,
+    load_task,
+    metric_value,
+    parse_metrics,
+    resolve_task_root,
+)
+from tests.mlgym_like import write_mlgym_like_root
+
+
+@pytest.fixture
+def mlgym_root(tmp_path):
+    return write_mlgym_like_root(tmp_path / "MLGym")
+
+
+def test_task_root_comes_from_argument_then_env_then_builtin(mlgym_root, tmp_path, monkeypatch) -> None:
+    monkeypatch.delenv("MLGYM_ROOT", raising=False)
+    # A cwd that looks like a task root must not be picked up.
+    decoy = tmp_path / "decoy"
+    (decoy / "configs" / "tasks").mkdir(parents=True)
+    monkeypatch.chdir(decoy)
+    assert resolve_task_root() == BUILTIN_TASK_ROOT
+    monkeypatch.setenv("MLGYM_ROOT", str(mlgym_root))
+    assert resolve_task_root() == mlgym_root
+    assert resolve_task_root(BUILTIN_TASK_ROOT) == BUILTIN_TASK_ROOT
+    with pytest.raises(TaskError, match="no configs/tasks"):
+        resolve_task_root(tmp_path / "nowhere")
+
+
+def test_builtin_tasks_load_with_baselines() -> None:
+    names = list_tasks()
+    assert len(names) >= 3
+    for name in names:
+        task = load_task(name)
+        assert task.baseline_score is not None and task.primary_metric in task.baseline
+        assert task.secret_files, f"{name} must hide its answer file"
+        assert "{dataset_docs}" not in task.description
+        files = task.workspace_files()
+        assert all(rel in files for rel in task.config.evaluation_paths + task.secret_files)
+
+
+def test_unknown_task_lists_the_known_ones(mlgym_root) -> None:
+    with pytest.raises(TaskError) as info:
+        load_task("titanic", task_root=mlgym_root)
+    assert "shipwreck" in str(info.value) and "chatty" in str(info.value)
+
+
+def test_task_found_by_file_name_or_id(mlgym_root) -> None:
+    assert load_task("shipwreck.yaml", mlgym_root).name == "shipwreck"
+    assert load_task("titanicSurvival", mlgym_root).name == "shipwreck"
+
+
+def test_a_misspelled_key_is_named_with_its_file(mlgym_root) -> None:
+    path = mlgym_root / "configs" / "tasks" / "shipwreck.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["evaluation_path"] = data.pop("evaluation_paths")
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(TaskError, match=r"shipwreck\.yaml.*evaluation_path"):
+        load_task("shipwreck", mlgym_root)
+
+
+def test_missing_dataset_folder_says_what_to_do(mlgym_root) -> None:
+    import shutil
+
+    shutil.rmtree(mlgym_root / "data" / "shipwreck" / "data")
+    with pytest.raises(TaskError, match="expects local data"):
+        load_task("shipwreck", mlgym_root).workspace_files()
+
+
+def test_description_keeps_other_braces_and_known_leaks_are_secret(mlgym_root) -> None:
+    task = load_task("shipwreck", mlgym_root)
+    assert "SHIPWRECK:\nPassengers" in task.description and "{this}" in task.description
+    assert task.secret_files == ["data/ground_truth.csv"]  # MLGym's titanic leak, hidden by id
+    assert task.primary_metric == "Accuracy" and task.higher_is_better and task.baseline_score == 0.5
+    files = task.workspace_files()
+    assert {"evaluate.py", "baseline.py", "data/train.csv", "data/ground_truth.csv"} <= set(files)
+
+
+def test_metric_lookup_and_direction(mlgym_root) -> None:
+    assert metric_value({"accuracy": 0.9}, "Accuracy") == 0.9
+    assert metric_value({"Score": "x"}, "Score") is None
+    energy = load_task("buildingEnergy")
+    assert energy.primary_metric == "r2" and energy.higher_is_better
+
+
+def test_parse_metrics_per_entrypoint() -> None:
+    assert parse_metrics("CSVSubmissionTasks", ' {"accuracy": 0.8}\n') == {"accuracy": 0.8}
+    assert parse_metrics("ModelSubmissionTasks", 'log\n{"Reward Mean": 3}\nmore') == {"Reward Mean": 3}
+    with pytest.raises(ValueError, match="one JSON object"):
+        parse_metrics("CSVSubmissionTasks", 'loading\n{"accuracy": 0.8}')
+    with pytest.raises(ValueError, match="one JSON object"):
+        parse_metrics("PythonSubmissionTasks", "[1, 2]")
