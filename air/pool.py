@@ -22,10 +22,10 @@ from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+import docker
 import docker.errors
 import psutil
 
-import docker
 from air.sandbox import (
     LABEL,
     LABEL_HOST,

@@ -25,12 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+import docker
 import docker.errors
 import psutil
 from docker.models.containers import Container
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-import docker
 from air.shell_protocol import (
     SHELL_ARGV,
     SHELL_ENV,

@@ -50,8 +50,8 @@ def shell_setup(path_prepend: str | None = None, cwd: str | None = None) -> byte
         # `exit` in the agent's shell would end the session; say so instead (scripts may still exit).
         # (Only in the shell itself: in a subshell, `(exit 7)` keeps its meaning.)
         "__air_shell=$BASHPID",
-        "exit() { if [ \"$BASHPID\" = \"$__air_shell\" ]; then echo 'exit is disabled in this shell"
-        " (use submit to finish)'; return 1; fi; builtin exit \"$@\"; }",
+        'exit() { if [ "$BASHPID" = "$__air_shell" ]; then echo \'exit is disabled in this shell'
+        ' (use submit to finish)\'; return 1; fi; builtin exit "$@"; }',
         "logout() { exit; }",
     ]
     if path_prepend:

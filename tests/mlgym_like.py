@@ -42,11 +42,17 @@ def write_mlgym_like_root(root: Path) -> Path:
     (data / "baseline.py").write_text(
         "import pandas as pd\n"
         "t = pd.read_csv('/home/agent/workspace/data/test.csv')\n"
-        "t.assign(Survived=0)[['PassengerId', 'Survived']].to_csv('/home/agent/workspace/submission.csv', index=False)\n"
+        "out = t.assign(Survived=0)[['PassengerId', 'Survived']]\n"
+        "out.to_csv('/home/agent/workspace/submission.csv', index=False)\n"
     )
     _yaml(
         root / "configs" / "datasets" / "shipwreck.yaml",
-        {"name": "Shipwreck", "description": "Passengers and whether they survived.", "data_path": "data/shipwreck/data", "is_local": True},
+        {
+            "name": "Shipwreck",
+            "description": "Passengers and whether they survived.",
+            "data_path": "data/shipwreck/data",
+            "is_local": True,
+        },
     )
     _yaml(
         root / "configs" / "tasks" / "shipwreck.yaml",
@@ -65,7 +71,11 @@ def write_mlgym_like_root(root: Path) -> Path:
     )
     for name, entry, body in [
         ("chatty", "CSVSubmissionTasks", "print('loading...')\nprint('{\"accuracy\": 1.0}')\n"),
-        ("modelish", "ModelSubmissionTasks", "import sys\nprint('step 1')\nprint('{\"Reward Mean\": 7.5}')\nprint(sys.argv)\n"),
+        (
+            "modelish",
+            "ModelSubmissionTasks",
+            "import sys\nprint('step 1')\nprint('{\"Reward Mean\": 7.5}')\nprint(sys.argv)\n",
+        ),
         ("slow", "PythonSubmissionTasks", "import time\ntime.sleep(60)\n"),
     ]:
         folder = root / "data" / name

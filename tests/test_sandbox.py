@@ -23,7 +23,7 @@ pytestmark = pytest.mark.docker
 
 
 async def test_cwd_variables_and_functions_persist(sandbox: Sandbox) -> None:
-    assert (await sandbox.run("cd /tmp && export GREETING=hi && shout() { echo \"$1!\"; }")).exit_code == 0
+    assert (await sandbox.run('cd /tmp && export GREETING=hi && shout() { echo "$1!"; }')).exit_code == 0
     result = await sandbox.run("pwd; echo $GREETING; shout hey")
     assert result.output == "/tmp\nhi\nhey!\n" and result.exit_code == 0
     assert sandbox.shell.cwd == "/tmp"

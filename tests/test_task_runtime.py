@@ -40,7 +40,11 @@ async def test_secrets_are_absent_during_the_episode(sandbox: Sandbox) -> None:
     assert "Permission denied" in listing.output
     owners = await sandbox.run("stat -c '%U %n' . evaluate.py data data/train.csv baseline.py")
     assert owners.output.split("\n")[:5] == [
-        "agent .", "root evaluate.py", "root data", "root data/train.csv", "agent baseline.py"
+        "agent .",
+        "root evaluate.py",
+        "root data",
+        "root data/train.csv",
+        "agent baseline.py",
     ]
     assert (await sandbox.run("echo x >> data/train.csv")).exit_code != 0
 
@@ -50,8 +54,8 @@ async def test_tampered_or_deleted_evaluation_scripts_are_restored(sandbox: Sand
     workspace = await _workspace(task, sandbox)
     await sandbox.run("python baseline.py")
     fake = "import json; print(json.dumps({'accuracy': 1.0}))"
-    assert (await sandbox.run(f"echo \"{fake}\" > evaluate.py")).exit_code != 0  # read-only
-    assert (await sandbox.run(f"mv evaluate.py old.py && echo \"{fake}\" > evaluate.py")).exit_code == 0
+    assert (await sandbox.run(f'echo "{fake}" > evaluate.py')).exit_code != 0  # read-only
+    assert (await sandbox.run(f'mv evaluate.py old.py && echo "{fake}" > evaluate.py')).exit_code == 0
     assert (await workspace.evaluate()).score == pytest.approx(task.baseline_score, abs=1e-4)
     await sandbox.run("rm -f evaluate.py")
     assert (await workspace.evaluate()).score == pytest.approx(task.baseline_score, abs=1e-4)
@@ -66,10 +70,12 @@ async def test_symlinked_answers_and_swapped_data_do_not_score(sandbox: Sandbox)
     linked = await workspace.evaluate()
     assert not linked.ok and linked.status == "submission_not_found" and "symbolic link" in linked.error
     # Replace data/ by the agent's own folder holding an answer file that agrees with a fake submission.
+    forge = (
+        "import pandas as p; t = p.read_csv('data/test.csv'); f = t.assign(defaulted=1)[['id', 'defaulted']]; "
+        "f.to_csv('data/answer.csv', index=False); f.to_csv('submission.csv', index=False)"
+    )
     await sandbox.run(
-        "rm submission.csv && mv data data.orig && mkdir data && cp data.orig/*.csv data/ && "
-        "python -c \"import pandas as p; t=p.read_csv('data/test.csv'); t.assign(defaulted=1)[['id','defaulted']]"
-        ".to_csv('data/answer.csv', index=False); t.assign(defaulted=1)[['id','defaulted']].to_csv('submission.csv', index=False)\""
+        f'rm submission.csv && mv data data.orig && mkdir data && cp data.orig/*.csv data/ && python -c "{forge}"'
     )
     swapped = await workspace.evaluate()
     assert swapped.ok and swapped.score < 0.9  # scored against the real answers, not the agent's
@@ -83,10 +89,9 @@ async def test_planted_modules_cannot_replace_what_evaluation_imports(sandbox: S
     task = load_task("loanDefault")
     workspace = await _workspace(task, sandbox)
     await sandbox.run("python baseline.py")
-    await sandbox.run(
-        "printf 'import sys\\nsys.stdout.write(chr(123)+\"\\\\\"accuracy\\\\\": 1.0\"+chr(125)); sys.exit(0)\\n' > json.py"
-        " && mkdir -p pandas && cp json.py pandas/__init__.py"
-    )
+    planted = "import sys\nsys.stdout.write(chr(123) + '\"accuracy\": 1.0' + chr(125))\nsys.exit(0)\n"
+    await sandbox.write_file("/home/agent/workspace/json.py", planted, owner="agent")
+    await sandbox.run("mkdir -p pandas && cp json.py pandas/__init__.py")
     assert (await workspace.evaluate()).score == pytest.approx(task.baseline_score, abs=1e-4)
 
 
@@ -94,9 +99,7 @@ async def test_background_jobs_cannot_read_secrets_during_evaluation(sandbox: Sa
     task = load_task("loanDefault")
     workspace = await _workspace(task, sandbox)
     await sandbox.run("python baseline.py")
-    await sandbox.run(
-        "(while true; do cat data/answer.csv >> /tmp/leak 2>/dev/null; done) >/dev/null 2>&1 &"
-    )
+    await sandbox.run("(while true; do cat data/answer.csv >> /tmp/leak 2>/dev/null; done) >/dev/null 2>&1 &")
     for _ in range(3):
         assert (await workspace.evaluate()).ok
     assert (await sandbox.run("wc -c < /tmp/leak")).output.strip() == "0"

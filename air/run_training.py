@@ -1,0 +1,180 @@
+"""The ``air`` command line.
+
+Each subcommand is one ``_register_*`` function (its arguments) plus one ``cmd_*`` function (what
+it does, returning an exit code). Expected failures raise :class:`CommandError`; ``main`` prints
+them as one line on stderr and returns 1, without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+
+class CommandError(Exception):
+    """A failure the user can act on: printed as ``air: error: <message>``, exit status 1."""
+
+
+# --------------------------------------------------------------------------- build-image
+
+
+def _register_build_image(subparsers: argparse._SubParsersAction) -> None:
+    from air.image import BASE_MODES
+
+    parser = subparsers.add_parser(
+        "build-image",
+        help="build the sandbox image (air-sandbox:<recipe hash>) if it is missing",
+        description=(
+            "Build the Docker image agent rollouts run in, from the recipe in docker/. "
+            "The tag is air-sandbox:<hash of the recipe>; nothing is done when it already exists. "
+            "Progress goes to stderr; the tag is printed on stdout."
+        ),
+    )
+    parser.add_argument(
+        "--base",
+        choices=BASE_MODES,
+        default="auto",
+        help=(
+            "where the Debian base comes from: 'registry' pulls the Dockerfile's default base; "
+            "'debootstrap' makes air-debian-base:bookworm locally (needs root and debootstrap); "
+            "'auto' (default) uses a local base, else tries a pull, else debootstraps"
+        ),
+    )
+    parser.add_argument("--force", action="store_true", help="rebuild (without cache) even if the tag exists")
+    parser.add_argument("--tag-only", action="store_true", help="print the tag the current recipe hashes to and exit")
+    parser.add_argument("-v", "--verbose", action="store_true", help="print every build output line")
+    parser.set_defaults(func=cmd_build_image)
+
+
+def cmd_build_image(args: argparse.Namespace) -> int:
+    from air import image
+
+    try:
+        if args.tag_only:
+            print(image.default_image_tag())
+            return 0
+        result = image.build_image(base=args.base, force=args.force, progress=image.RichProgress(verbose=args.verbose))
+    except image.AirImageError as exc:
+        raise CommandError(str(exc)) from exc
+    print(result.tag)
+    return 0
+
+
+# --------------------------------------------------------------------------- tasks
+
+
+def _register_tasks(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("tasks", help="list the tasks of a task root")
+    parser.add_argument(
+        "--task-root", help="an MLGym checkout or folder in its layout (default: $MLGYM_ROOT, else built-in)"
+    )
+    parser.set_defaults(func=cmd_tasks)
+
+
+def cmd_tasks(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from air.tasks import TaskError, list_tasks, load_task, resolve_task_root
+
+    try:
+        root = resolve_task_root(args.task_root)
+        table = Table(title=f"Tasks in {root}")
+        for column in ("task", "id"):
+            table.add_column(column, no_wrap=True)  # names are what users copy: never cut them
+        for column in ("entrypoint", "primary metric", "baseline", "secret files"):
+            table.add_column(column, overflow="fold")
+        for name in list_tasks(root):
+            try:
+                task = load_task(name, root)
+            except TaskError as exc:
+                table.add_row(name, "", "", "", "", f"[red]{exc}[/red]")
+                continue
+            direction = "higher" if task.higher_is_better else "lower"
+            table.add_row(
+                name,
+                task.id,
+                task.entrypoint,
+                f"{task.primary_metric} ({direction})",
+                f"{task.baseline_score}",
+                ", ".join(task.secret_files),
+            )
+    except TaskError as exc:
+        raise CommandError(str(exc)) from exc
+    Console().print(table)
+    return 0
+
+
+# --------------------------------------------------------------------------- demo
+
+
+def _register_demo(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "demo",
+        help="reproduce every task's baseline in fresh sandboxes (the end-to-end check without GPUs)",
+    )
+    parser.add_argument("--task", action="append", dest="tasks", help="a task to run (repeatable; default: all)")
+    parser.add_argument(
+        "--task-root", help="an MLGym checkout or folder in its layout (default: $MLGYM_ROOT, else built-in)"
+    )
+    parser.add_argument("--image", default="", help="sandbox image (default: $AIR_IMAGE, else the recipe's tag)")
+    parser.set_defaults(func=cmd_demo)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from rich.console import Console
+
+    from air.demo import run_demo
+    from air.sandbox import SandboxConfig, SandboxError
+    from air.tasks import TaskError, list_tasks
+
+    try:
+        names = args.tasks or list_tasks(args.task_root)
+        config = SandboxConfig(image=args.image, run_id="demo")
+        ok = asyncio.run(run_demo(names, args.task_root, config, Console()))
+    except (TaskError, SandboxError) as exc:
+        raise CommandError(str(exc)) from exc
+    return 0 if ok else 1
+
+
+# --------------------------------------------------------------------------- wiring
+
+_REGISTRARS: list[Callable[[argparse._SubParsersAction], None]] = [
+    _register_build_image,
+    _register_tasks,
+    _register_demo,
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="air", description="Train language models to do ML research with RL, in Docker sandboxes."
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for register in _REGISTRARS:
+        register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
+    if func is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return func(args)
+    except CommandError as exc:
+        print(f"air: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("air: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

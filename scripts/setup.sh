@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# One-time set-up of a machine (Debian/Ubuntu): installs only what is missing (uv, the Docker
+# engine, debootstrap), starts dockerd if nothing answers, syncs the locked environment and builds
+# the sandbox image. Idempotent: a second run does nothing but check. Used by the README's first
+# command and by CI (.ci/run).
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+export PATH="$PATH:$HOME/.local/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+export DEBIAN_FRONTEND=noninteractive
+DOCKERD_LOG="${AIR_DOCKERD_LOG:-${TMPDIR:-/tmp}/air-dockerd.log}"
+
+now_ms() { local t=${EPOCHREALTIME//[.,]/}; echo $((t / 1000)); }
+fmt_ms() { printf '%d.%01ds' $(($1 / 1000)) $(($1 % 1000 / 100)); }
+CI_START=$(now_ms)
+SECTION=""
+SECTION_START=0
+
+end_section() {
+    if [[ -n "$SECTION" ]]; then
+        echo "    ${SECTION}: $(fmt_ms $(($(now_ms) - SECTION_START)))"
+    fi
+    SECTION=""
+}
+section() {
+    end_section
+    SECTION=$1
+    SECTION_START=$(now_ms)
+    echo "==> $1"
+}
+on_exit() {
+    local rc=$?
+    end_section
+    echo "==> total $(fmt_ms $(($(now_ms) - CI_START))) (exit $rc)"
+}
+trap on_exit EXIT
+
+as_root() {  # run a command as root: directly when we are root, else through sudo
+    if [[ $EUID -eq 0 ]]; then
+        "$@"
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo "$@"
+    else
+        echo "error: '$*' needs root; run this script as root, or install it yourself and run again" >&2
+        exit 1
+    fi
+}
+
+have() { command -v "$1" >/dev/null 2>&1; }
+
+section "system packages"
+missing=()
+have python3 || missing+=(python3)
+if ! have uv && ! python3 -m pip --version >/dev/null 2>&1; then missing+=(python3-pip); fi
+{ have docker && have dockerd; } || missing+=(docker.io)
+{ have debootstrap || [[ -x /usr/sbin/debootstrap ]]; } || missing+=(debootstrap)
+if ((${#missing[@]})); then
+    echo "installing: ${missing[*]}"
+    as_root apt-get update
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"
+else
+    echo "all present"
+fi
+
+section "uv"
+if ! have uv; then
+    # Debian's python3 is "externally managed" (PEP 668); uv is a standalone binary, so this is safe.
+    PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --quiet uv
+    hash -r
+fi
+uv --version
+
+section "docker engine"
+if docker info >/dev/null 2>&1; then
+    echo "dockerd answers"
+else
+    echo "starting dockerd (log: $DOCKERD_LOG)"
+    as_root nohup dockerd >>"$DOCKERD_LOG" 2>&1 &
+    dockerd_pid=$!
+    for _ in $(seq 60); do
+        docker info >/dev/null 2>&1 && break
+        if ! kill -0 "$dockerd_pid" 2>/dev/null; then
+            break
+        fi
+        sleep 1
+    done
+    if ! docker info >/dev/null 2>&1; then
+        if kill -0 "$dockerd_pid" 2>/dev/null; then
+            echo "dockerd did not answer within 60 s; last lines of $DOCKERD_LOG:" >&2
+        else
+            echo "dockerd exited; last lines of $DOCKERD_LOG:" >&2
+        fi
+        tail -n 40 "$DOCKERD_LOG" >&2 || true
+        exit 1
+    fi
+    echo "dockerd answers (pid $dockerd_pid)"
+fi
+
+section "uv sync"
+uv sync --locked
+
+section "sandbox image"
+uv run air build-image
+
