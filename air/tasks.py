@@ -79,10 +79,16 @@ class TaskConfig(BaseModel):
 
 # --- what MLGym's configs do not say ---------------------------------------------------------
 
-# Answer files MLGym leaves readable in the workspace (by task id): hidden here like secret_files.
+# Answer files MLGym leaves readable in the workspace: hidden here like secret_files. Keyed by
+# task id and by dataset config, so variants of a task on the same data (the house-price "L1"
+# task) are covered too.
 KNOWN_SECRET_FILES: dict[str, list[str]] = {
     "titanicSurvival": ["data/ground_truth.csv"],
     "regressionKaggleHousePrice": ["data/answer.csv"],
+}
+KNOWN_SECRET_FILES_BY_DATASET: dict[str, list[str]] = {
+    "datasets/titanic.yaml": ["data/ground_truth.csv"],
+    "datasets/kaggleHousePrice.yaml": ["data/answer.csv"],
 }
 # Files MLGym leaves writable although evaluation imports them: read-only here.
 KNOWN_READ_ONLY_FILES: dict[str, list[str]] = {
@@ -216,7 +222,8 @@ class Task:
 
     @property
     def secret_files(self) -> list[str]:
-        return _unique([*self.config.secret_files, *KNOWN_SECRET_FILES.get(self.id, [])])
+        by_dataset = [f for d in self.config.dataset_configs for f in KNOWN_SECRET_FILES_BY_DATASET.get(d, [])]
+        return _unique([*self.config.secret_files, *KNOWN_SECRET_FILES.get(self.id, []), *by_dataset])
 
     @property
     def read_only_files(self) -> list[str]:

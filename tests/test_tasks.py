@@ -99,3 +99,13 @@ def test_parse_metrics_per_entrypoint() -> None:
         parse_metrics("CSVSubmissionTasks", 'loading\n{"accuracy": 0.8}')
     with pytest.raises(ValueError, match="one JSON object"):
         parse_metrics("PythonSubmissionTasks", "[1, 2]")
+
+
+def test_known_leaks_follow_the_dataset_into_task_variants(mlgym_root) -> None:
+    datasets = mlgym_root / "configs" / "datasets"
+    (datasets / "titanic.yaml").write_text((datasets / "shipwreck.yaml").read_text())
+    path = mlgym_root / "configs" / "tasks" / "shipwreck.yaml"
+    data = yaml.safe_load(path.read_text())
+    data.update(id="shipwreckVariantL1", dataset_configs=["datasets/titanic.yaml"])
+    path.write_text(yaml.safe_dump(data))
+    assert load_task("shipwreck", mlgym_root).secret_files == ["data/ground_truth.csv"]

@@ -1,0 +1,57 @@
+"""Against a real MLGym checkout, when one is given (MLGYM_ROOT); skipped otherwise.
+
+MLGym is CC-BY-NC: nothing of it is in this repository. Point MLGYM_ROOT at a user's checkout to
+check the runtime against it unchanged: every task config loads (or fails with its file named),
+and the game tasks and titanic evaluate with MLGym's own evaluation scripts in our sandbox.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from air.sandbox import Sandbox
+from air.tasks import TaskError, TaskWorkspace, list_tasks, load_task
+
+ROOT = os.environ.get("MLGYM_ROOT", "")
+pytestmark = pytest.mark.skipif(
+    not (ROOT and (Path(ROOT) / "configs" / "tasks").is_dir()), reason="no MLGym checkout (set MLGYM_ROOT)"
+)
+
+
+def test_every_task_config_loads_or_names_its_file() -> None:
+    loaded = 0
+    for name in list_tasks(ROOT):
+        try:
+            load_task(name, ROOT)
+            loaded += 1
+        except TaskError as exc:
+            assert f"{name}.yaml" in str(exc)
+    assert loaded >= 10
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("name", ["battleOfSexes", "prisonersDilemma", "blotto"])
+async def test_game_starter_scores_near_its_baseline(name: str, sandbox: Sandbox) -> None:
+    task = load_task(name, ROOT)
+    workspace = TaskWorkspace(task, sandbox)
+    await workspace.setup()
+    evaluation = await workspace.evaluate()
+    assert evaluation.ok, evaluation.error
+    assert evaluation.score == pytest.approx(task.baseline_score, abs=0.05)  # MLGym's games are noisy
+
+
+@pytest.mark.docker
+async def test_titanic_answers_hidden_and_evaluated(sandbox: Sandbox) -> None:
+    task = load_task("titanic", ROOT)
+    workspace = TaskWorkspace(task, sandbox)
+    await workspace.setup()
+    assert (await sandbox.run("ls data/ground_truth.csv")).exit_code != 0
+    await sandbox.run(
+        "python -c \"import pandas as p; t = p.read_csv('data/test.csv'); t['Survived'] = 0; "
+        "t[['PassengerId', 'Survived']].to_csv('submission.csv', index=False)\""
+    )
+    evaluation = await workspace.evaluate()
+    assert evaluation.ok and 0.5 < evaluation.score < 0.8  # "nobody survives" on MLGym's test split
