@@ -23,7 +23,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from air.sandbox import MLGYM_CONDA_BIN, WORKSPACE, Sandbox
+from air.sandbox import WORKSPACE, Sandbox
+from air.shell import MLGYM_CONDA_BIN
 
 BUILTIN_TASK_ROOT = Path(__file__).resolve().parent / "tasks" / "builtin"
 CONTAINER_SCRIPTS = Path(__file__).resolve().parent / "container"
