@@ -150,7 +150,6 @@ class Sandbox:
         self.container = container
         self.config = config
         self.shell = Shell(container, config)
-        self.created_at = time.time()
 
     @property
     def id(self) -> str:
@@ -194,13 +193,6 @@ class Sandbox:
             return await asyncio.to_thread(_exec)
         except docker.errors.DockerException as exc:
             raise SandboxDied(f"exec in container {self.container.short_id} failed: {exc}") from exc
-
-    async def alive(self) -> bool:
-        try:
-            await asyncio.to_thread(self.container.reload)
-        except docker.errors.DockerException:
-            return False
-        return self.container.status == "running" and self.shell._sock is not None
 
     async def copy_in(self, source: Path | str, dest_dir: str, owner: str | None = None) -> None:
         """Copy a host file or folder into ``dest_dir`` (created if missing), keeping its basename."""

@@ -49,9 +49,10 @@ class CommandResult:
     shell_restarted: bool = False
 
 
-# Run as root on a timeout: stop, then kill, the shell's descendants started by the timed-out
-# command, then SIGINT the shell itself (started at or after the cutoff, in clock ticks since boot), leaving earlier
-# background jobs alone. Pure bash over /proc so it works in any image.
+# Run as root on a timeout. The victims are the shell's descendants started at or after the
+# cutoff (the timed-out command's start, in clock ticks since boot), so earlier background jobs
+# are left alone. They are stopped first (no forking away), then interrupted and killed as the
+# comment below explains. Pure bash over /proc, so it works in any image.
 _KILL_TREE = r"""
 root=$1; since_cs=$2
 read -r up _ </proc/uptime; up=${up/./}; cutoff=$(( up - since_cs ))

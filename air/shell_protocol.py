@@ -65,17 +65,21 @@ def new_nonce() -> str:
     return secrets.token_hex(8)
 
 
+def _marker_printf(nonce: str, exit_code: str) -> str:
+    """The shell code that prints a command's end marker (what ``marker_regex`` matches)."""
+    return f"printf '\\036AIR{nonce}:%d:%s\\036\\n' {exit_code} \"$PWD\""
+
+
 def wrap_command(command: str, nonce: str) -> bytes:
     """The bytes written to the shell's stdin for one command (always a single line)."""
-    return (
-        f"eval {ansi_c_quote(command)} </dev/null && __air_rc=0 || __air_rc=$?; "
-        f'printf \'\\036AIR{nonce}:%d:%s\\036\\n\' "$__air_rc" "$PWD"\n'
-    ).encode()
+    run = f"eval {ansi_c_quote(command)} </dev/null && __air_rc=0 || __air_rc=$?"
+    marker = _marker_printf(nonce, '"$__air_rc"')
+    return f"{run}; {marker}\n".encode()
 
 
 def recovery_line(nonce: str) -> bytes:
     """Sent after an interrupt: an interactive bash drops the interrupted line, marker included."""
-    return f"printf '\\036AIR{nonce}:%d:%s\\036\\n' 130 \"$PWD\"\n".encode()
+    return f"{_marker_printf(nonce, '130')}\n".encode()
 
 
 def marker_regex(*nonces: str) -> re.Pattern[bytes]:

@@ -359,7 +359,7 @@ class TaskWorkspace:
         missing = [rel for rel in protected if rel not in files]
         if missing:
             raise TaskError(f"Task {task.name}: protected files {missing} are not among its files ({task.config_path})")
-        code, out = await self.sandbox.exec_root(
+        _, out = await self.sandbox.exec_root(
             ["bash", "-c", f"[ -x {MLGYM_CONDA_BIN}/python ] && echo {MLGYM_CONDA_BIN} || true"]
         )
         conda_bin = out.strip()
@@ -389,18 +389,14 @@ class TaskWorkspace:
         if entry == "LMSubmissionTasks":
             gpus = "$(nvidia-smi --list-gpus 2>/dev/null | wc -l)"
             return "none", ["bash", "-c", f"n={gpus}; torchrun --nproc_per_node=$((n>0?n:1)) --standalone {script}"]
-        args = {
-            "CSVSubmissionTasks": ["--submission_file", "{submission}"],
-            "ModelSubmissionTasks": ["--config_fname", "{submission}"],
-        }
-        kind = {"CSVSubmissionTasks": "csv", "ModelSubmissionTasks": "yaml"}.get(entry, "none")
+        kind, args = _SUBMISSIONS.get(entry, ("none", []))
         # -I: stdlib and site-packages come before the workspace, so a planted json.py or numpy/
         # cannot replace what the evaluation imports; the workspace is still importable (strategy.py).
         bootstrap = (
             "import runpy, sys; script = sys.argv[1]; sys.argv = sys.argv[1:]; "
             f"sys.path.append({WORKSPACE!r}); runpy.run_path(script, run_name='__main__')"
         )
-        return kind, [self.python, "-I", "-B", "-c", bootstrap, script, *args.get(entry, [])]
+        return kind, [self.python, "-I", "-B", "-c", bootstrap, script, *args]
 
     async def evaluate(self) -> Evaluation:
         """Evaluate the workspace as root, from pristine evaluation files; secrets only present meanwhile."""
@@ -427,10 +423,10 @@ class TaskWorkspace:
             return Evaluation(None, None, message, "evaluation_failed", duration_s=duration)
         stdout, _, rest = out.partition(frame)
         rc_text, _, stderr = rest.partition("\n")
+        if rc_text.strip() == "no-submission":  # the script's own word, not an exit code
+            return Evaluation(None, None, stderr.strip(), "submission_not_found", duration_s=duration)
         rc = int(rc_text.strip() or -1)
         submission = f"{WORKSPACE}/submission.csv" if kind == "csv" else None
-        if rc == 3 and not stdout.strip():
-            return Evaluation(None, None, stderr.strip(), "submission_not_found", duration_s=duration)
         if rc != 0:
             why = "was stopped after the time limit" if rc in (124, 137) else f"exited with code {rc}"
             message = f"The evaluation script {why}.\n{(stderr or stdout).strip()[-3000:]}"
@@ -444,6 +440,13 @@ class TaskWorkspace:
         if score is None and metrics:  # no baseline to name the metric: the first numeric value
             score = next((float(v) for v in metrics.values() if isinstance(v, int | float)), None)
         return Evaluation(metrics, score, None, "ok", submission, duration, stderr)
+
+
+# What each entrypoint submits (checked before evaluating) and the arguments its script takes.
+_SUBMISSIONS: dict[str, tuple[str, list[str]]] = {
+    "CSVSubmissionTasks": ("csv", ["--submission_file", "{submission}"]),
+    "ModelSubmissionTasks": ("yaml", ["--config_fname", "{submission}"]),
+}
 
 
 def _stage_archive(

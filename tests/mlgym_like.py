@@ -77,6 +77,7 @@ def write_mlgym_like_root(root: Path) -> Path:
             "import sys\nprint('step 1')\nprint('{\"Reward Mean\": 7.5}')\nprint(sys.argv)\n",
         ),
         ("slow", "PythonSubmissionTasks", "import time\ntime.sleep(60)\n"),
+        ("crashing", "PythonSubmissionTasks", "import sys\nsys.exit(3)\n"),
     ]:
         folder = root / "data" / name
         folder.mkdir(parents=True)

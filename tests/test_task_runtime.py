@@ -139,6 +139,7 @@ async def test_mlgym_layout_with_absolute_paths_and_known_leak(sandbox: Sandbox,
         ("modelish", "", "submission_not_found", "*.yaml"),
         ("modelish", "mkdir -p ckpt && echo a: 1 > ckpt/config.yaml", "ok", ""),
         ("slow", "", "evaluation_failed", "time limit"),
+        ("crashing", "", "evaluation_failed", "exited with code 3"),  # not mistaken for "no submission"
     ],
 )
 async def test_evaluation_outcomes(sandbox: Sandbox, tmp_path, name, prepare, status, message) -> None:

@@ -6,7 +6,8 @@
 #     from the pristine copy, replacing whatever the agent left there, symlinked parents included;
 #  4. run the evaluation command in the workspace with a clean environment and a time limit;
 #  5. remove the secret files again and let the agent's processes go on (also on failure).
-# Prints the evaluation's stdout, a separator line, its exit code, then the tail of its stderr.
+# Prints the evaluation's stdout, a separator line, its exit code (or "no-submission"), then the
+# tail of its stderr.
 set -u
 agent=$1 timeout_s=$2 separator=$3 submission_kind=$4
 shift 4
@@ -20,7 +21,8 @@ finish() {
 pkill -STOP -u "$agent" 2>/dev/null
 trap finish EXIT
 
-fail() { printf '\n%s\n%d\n%s\n' "$separator" 3 "$1"; exit 0; }
+# A missing submission is reported with a word where the exit code goes: no script's code can collide.
+fail() { printf '\n%s\nno-submission\n%s\n' "$separator" "$1"; exit 0; }
 
 submission=""
 case "$submission_kind" in
