@@ -99,3 +99,174 @@ def write_mlgym_like_root(root: Path) -> Path:
 
 def _yaml(path: Path, data: dict) -> None:
     path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+# Markers the synthetic validate/submit print, in the <<NAME||...||NAME>> shape MLGym's runtime looks for.
+TOOLS_VALIDATE_MARKER = "<<VALIDATION||synthetic check||VALIDATION>>"
+TOOLS_SUBMIT_MARKER = "<<SUBMISSION||synthetic submit||SUBMISSION>>"
+
+# Written from scratch for these tests: a tiny viewer, a line-range editor fed on stdin, a script
+# command, a helper script, a plain utility file, and validate/submit that print the markers above.
+_TOOLS_VIEWER = """\
+# A small file viewer (test fixture).
+_show() {
+    local last=$((CURRENT_LINE + WINDOW - 1))
+    echo "== $CURRENT_FILE from line $CURRENT_LINE =="
+    awk -v a="$CURRENT_LINE" -v b="$last" 'NR >= a && NR <= b { printf "%d|%s\\n", NR, $0 }' "$CURRENT_FILE"
+}
+
+# @yaml
+# signature: open <path> [<line>]
+# docstring: shows {WINDOW} lines of a file, from the given line on
+# arguments:
+#   path:
+#     type: string
+#     description: the file to show
+#     required: true
+#   line:
+#     type: integer
+#     description: the first line shown (1 if left out)
+#     required: false
+open() {
+    if [ ! -f "$1" ]; then
+        echo "no such file: $1"
+        return 1
+    fi
+    export CURRENT_FILE=$(realpath "$1")
+    export CURRENT_LINE=${2:-1}
+    _show
+}
+
+# @yaml
+# docstring: moves the view of the open file to start at a line
+# arguments:
+#   line:
+#     type: integer
+#     description: the line to start the view at
+#     required: true
+
+goto() {
+    export CURRENT_LINE=$1
+    _show
+}
+"""
+
+_TOOLS_EDITOR = """\
+# @yaml
+# signature: |-
+#   edit <first>:<last>
+#   <new_lines>
+#   end_of_edit
+# docstring: puts new_lines in place of lines first..last of the open file
+# end_name: end_of_edit
+# arguments:
+#   first:
+#     type: integer
+#     description: first line replaced
+#     required: true
+#   last:
+#     type: integer
+#     description: last line replaced
+#     required: true
+#   new_lines:
+#     type: string
+#     description: the lines put in their place
+#     required: true
+edit() {
+    if [ -z "$CURRENT_FILE" ]; then
+        echo "open a file first"
+        return 1
+    fi
+    local first=${1%%:*} last=${1##*:} staged
+    staged=$(mktemp)
+    head -n $((first - 1)) "$CURRENT_FILE" > "$staged"
+    cat >> "$staged"
+    tail -n +$((last + 1)) "$CURRENT_FILE" >> "$staged"
+    cat "$staged" > "$CURRENT_FILE"
+    rm -f "$staged"
+    echo "[$(_helper "$CURRENT_FILE") lines now]"
+    _show
+}
+"""
+
+_TOOLS_MARKS = f"""\
+# @yaml
+# docstring: scores the current submission; the episode goes on
+validate() {{
+    echo '{TOOLS_VALIDATE_MARKER}'
+}}
+
+# @yaml
+# docstring: hands in the current submission and ends the episode
+submit() {{
+    echo '{TOOLS_SUBMIT_MARKER}'
+}}
+"""
+
+_TOOLS_WORDCOUNT = """\
+#!/usr/bin/env python3
+# @yaml
+# signature: wordcount <path>
+# docstring: prints how many words a file holds
+# arguments:
+#   path:
+#     type: string
+#     description: the file to count
+#     required: true
+import sys
+
+with open(sys.argv[1]) as handle:
+    print("words:", len(handle.read().split()))
+"""
+
+_TOOLS_HELPER = """\
+#!/usr/bin/env python3
+# Prints how many lines a file has (used by the fixture's edit).
+import sys
+
+with open(sys.argv[1]) as handle:
+    print(sum(1 for _ in handle))
+"""
+
+TOOLS_ENV = {
+    "WINDOW": 3,
+    "CURRENT_LINE": 0,
+    "CURRENT_FILE": "",
+    "SEARCH_RESULTS": "()",
+    "TRICKY": 'it\'s "quoted" $HOME `date` ; echo no',
+}
+
+
+def write_mlgym_like_tools(root: Path) -> Path:
+    """Synthetic MLGym-style command files plus configs/agents/default.yaml listing them."""
+    tools = root / "tools"
+    tools.mkdir(parents=True, exist_ok=True)
+    (tools / "viewer.sh").write_text(_TOOLS_VIEWER)
+    (tools / "editor.sh").write_text(_TOOLS_EDITOR)
+    (tools / "marks.sh").write_text(_TOOLS_MARKS)
+    (tools / "wordcount.py").write_text(_TOOLS_WORDCOUNT)
+    (tools / "_helper.py").write_text(_TOOLS_HELPER)
+    (tools / "_notes.txt").write_text("plain data a command could read\n")
+    agents = root / "configs" / "agents"
+    agents.mkdir(parents=True, exist_ok=True)
+    _yaml(
+        agents / "default.yaml",
+        {
+            "system_template": "You have these commands:\n{command_docs}",
+            "output_parser": "SomeParser",
+            "tools": {
+                "env_variables": TOOLS_ENV,
+                "command_files": [
+                    "tools/viewer.sh",
+                    "tools/editor.sh",
+                    "tools/_helper.py",
+                    "tools/wordcount.py",
+                    "tools/_notes.txt",
+                    "tools/marks.sh",
+                ],
+                "parser": "SomeDocParser",
+                "state_command": {"name": "state", "code": "state() { echo '{}'; }"},
+            },
+        },
+    )
+    return root
