@@ -100,6 +100,8 @@ class Shell:
         self._lock = asyncio.Lock()
         self.pid: int | None = None
         self.cwd: str = config.workdir
+        # Session set-up (functions, variables) replayed whenever the shell is (re)started.
+        self.init_script: str | None = None
 
     async def start(self, cwd: str | None = None) -> None:
         api = self._container.client.api
@@ -135,6 +137,20 @@ class Shell:
         if result.exit_code != 0 or not last_line[0].isdigit():
             raise SandboxDied(f"shell did not start properly: {result.output[-300:]!r}")
         self.pid = int(last_line[0])
+        if self.init_script:
+            await self._run_init()
+
+    async def initialize(self, script: str) -> None:
+        """Run ``script`` in the shell now and again after any restart."""
+        self.init_script = script
+        async with self._lock:
+            await self._run_init()
+
+    async def _run_init(self) -> None:
+        assert self.init_script is not None
+        result = await self._run_locked(self.init_script, timeout=60)
+        if result.exit_code != 0:
+            raise SandboxDied(f"shell session set-up failed (exit {result.exit_code}): {result.output[-500:]!r}")
 
     def close(self) -> None:
         if self._sock is not None:

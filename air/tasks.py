@@ -9,6 +9,7 @@ read at run time from the user's checkout.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import os
@@ -179,6 +180,7 @@ class Task:
     config: TaskConfig
     datasets: list[DatasetConfig]
     _files: dict[str, Path] | None = field(default=None, repr=False)
+    _archives: dict[tuple[str, tuple[str, ...]], bytes] = field(default_factory=dict, repr=False)
 
     @property
     def id(self) -> str:
@@ -371,7 +373,10 @@ class TaskWorkspace:
             "readonly.txt": task.read_only_files,
             "path.txt": [path],
         }
-        archive = _stage_archive(files, secrets_, protected, lists)
+        key = (path, tuple(protected))
+        if key not in task._archives:  # built once per task (files can be MBs), off the event loop
+            task._archives[key] = await asyncio.to_thread(_stage_archive, files, secrets_, protected, lists)
+        archive = task._archives[key]
         await self.sandbox.put_archive(AIR_DIR, archive)
         code, out = await self.sandbox.exec_root(
             ["bash", f"{AIR_DIR}/bin/setup_workspace.sh", self.sandbox.config.user], timeout=300
