@@ -55,3 +55,25 @@ async def test_titanic_answers_hidden_and_evaluated(sandbox: Sandbox) -> None:
     )
     evaluation = await workspace.evaluate()
     assert evaluation.ok and 0.5 < evaluation.score < 0.8  # "nobody survives" on MLGym's test split
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(300)
+async def test_a_rollout_with_mlgyms_own_commands(tmp_path: Path, docker_image: str) -> None:
+    """MLGym's commands installed from the checkout: open, a guarded multi-line edit, validate, submit."""
+    from air.policies import ScriptPolicy
+    from tests.test_mlgym_env import make_env, run_group, trajectories
+
+    env = make_env(tmp_path, docker_image, task_root=ROOT, task_configs=["battleOfSexes"], max_turns=6)
+    system = env.get_dataset()[0]["prompt"][0]["content"]
+    assert "end_of_edit" in system and "search_dir" in system
+    edit = "edit 1:1\nNOTE = 'written through MLGym edit'\nend_of_edit"
+    commands = ['open "strategy.py"', "create notes.py", edit, "cat notes.py", "validate"]
+    (output,) = await run_group(env, ScriptPolicy(commands), "battleOfSexes")
+    assert output.get("error") is None
+    (record,) = trajectories(tmp_path)
+    assert "[File: /home/agent/workspace/strategy.py" in record.turns[0].output
+    assert "File updated" in record.turns[2].output
+    assert "NOTE = 'written through MLGym edit'" in record.turns[3].output
+    baseline = load_task("battleOfSexes", ROOT).baseline_score
+    assert record.turns[4].evaluation.score == pytest.approx(baseline, abs=0.05)

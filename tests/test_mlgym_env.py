@@ -310,3 +310,23 @@ def test_readme_documents_every_env_argument():
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     missing = [name for name in MLGymEnvSettings.model_fields if f"`{name}`" not in readme]
     assert not missing, f"README's argument table lacks {missing}"
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(180)
+async def test_mlgym_commands_from_the_task_root_work_in_rollouts(tmp_path, docker_image):
+    from tests.mlgym_like import write_mlgym_like_root, write_mlgym_like_tools
+
+    root = write_mlgym_like_root(tmp_path / "mlgym")
+    write_mlgym_like_tools(root)
+    env = make_env(tmp_path, docker_image, task_root=str(root), task_configs=["shipwreck"], max_turns=6)
+    system = env.get_dataset()[0]["prompt"][0]["content"]
+    assert "edit <first>:<last>" in system and "end_of_edit" in system and "wordcount <path>" in system
+    commands = ["python baseline.py", "open submission.csv", "edit 2:2\n101,1\nend_of_edit", "validate", "submit"]
+    (output,) = await run_group(env, ScriptPolicy(commands), "shipwreck")
+    assert output.get("error") is None
+    (record,) = trajectories(tmp_path)
+    assert "2|101,0" in record.turns[1].output  # the checkout's viewer, with its env variables
+    assert "2|101,1" in record.turns[2].output  # the multi-line edit reached the function
+    assert [t.evaluation.score for t in record.turns if t.evaluation] == [0.55, 0.55]
+    assert output["reward"] == pytest.approx((0.55 - 0.5) / 0.5)
