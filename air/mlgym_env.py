@@ -256,10 +256,9 @@ class MLGymEnv(vf.MultiTurnEnv):
         submitted = "SUBMISSION" in markers
         if markers:
             kind = "submit" if submitted else "validate"
-            evaluation, turn.step_reward = await self._evaluate(rollout, kind)
-            turn.evaluation = evaluation
+            evaluation, turn.evaluation, turn.step_reward = await self._evaluate(rollout, kind)
             rollout.validates += int(kind == "validate")
-            parts.append(prompts.evaluation_text(rollout.task, evaluation_of(evaluation), submitted=submitted))
+            parts.append(prompts.evaluation_text(rollout.task, evaluation, submitted=submitted))
         parts.append(
             prompts.footer(number, s.max_turns, result.exit_code, rollout.sandbox.shell.cwd, timed_out=result.timed_out)
         )
@@ -275,7 +274,7 @@ class MLGymEnv(vf.MultiTurnEnv):
             return float(self.settings.long_command_timeout or task.training_timeout)
         return self.settings.command_timeout
 
-    async def _evaluate(self, rollout: Rollout, kind: str) -> tuple[TurnEvaluation, float]:
+    async def _evaluate(self, rollout: Rollout, kind: str) -> tuple[Evaluation, TurnEvaluation, float]:
         assert rollout.workspace is not None
         evaluation = await rollout.workspace.evaluate()
         step_reward = rollout.tracker.record(evaluation.score if evaluation.ok else None)
@@ -289,7 +288,7 @@ class MLGymEnv(vf.MultiTurnEnv):
             duration_s=evaluation.duration_s,
             kind=kind,
         )
-        return record, step_reward
+        return evaluation, record, step_reward
 
     # --- end of a rollout ---------------------------------------------------------------------
 
@@ -324,8 +323,7 @@ class MLGymEnv(vf.MultiTurnEnv):
             observation, _ = await self._play(rollout, text, after_last_turn=True)
             state["final_env_response"] = [{"role": "user", "content": observation}]
         if not rollout.submitted and (rollout.dirty or rollout.evaluations == 0):
-            evaluation, _ = await self._evaluate(rollout, "final")
-            rollout.final_evaluation = evaluation
+            _, rollout.final_evaluation, _ = await self._evaluate(rollout, "final")
         elif rollout.turns and rollout.turns[-1].evaluation is not None:
             rollout.final_evaluation = rollout.turns[-1].evaluation
 
@@ -394,10 +392,6 @@ class MLGymEnv(vf.MultiTurnEnv):
 
 
 # --- helpers ------------------------------------------------------------------------------------
-
-
-def evaluation_of(record: TurnEvaluation) -> Evaluation:
-    return Evaluation(record.metrics, record.score, record.error, record.status)  # type: ignore[arg-type]
 
 
 def _exit_status(rollout: Rollout, state: vf.State, cancelled: bool) -> str:

@@ -108,6 +108,11 @@ KNOWN_PRIMARY_METRICS: dict[str, tuple[str, bool]] = {
 _LOWER_IS_BETTER = re.compile(r"(loss|rmse|mse|mae|error|time|perplexity|regret)", re.IGNORECASE)
 
 
+def lower_is_better(metric: str | None) -> bool:
+    """Guess a metric's direction from its name (losses, errors and times go down)."""
+    return bool(metric and _LOWER_IS_BETTER.search(metric))
+
+
 def metric_value(metrics: dict[str, Any], name: str) -> float | None:
     """Look a metric up by name, ignoring case (MLGym stores titanic's baseline as 'Accuracy')."""
     if name in metrics:
@@ -216,7 +221,7 @@ class Task:
     def higher_is_better(self) -> bool:
         if self.id in KNOWN_PRIMARY_METRICS:
             return KNOWN_PRIMARY_METRICS[self.id][1]
-        return not (self.primary_metric and _LOWER_IS_BETTER.search(self.primary_metric))
+        return not lower_is_better(self.primary_metric)
 
     @property
     def baseline_score(self) -> float | None:

@@ -24,7 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import PydanticSerializationError
 
-from air.tasks import _LOWER_IS_BETTER, KNOWN_PRIMARY_METRICS, metric_value
+from air.tasks import KNOWN_PRIMARY_METRICS, lower_is_better, metric_value
 
 SCHEMA_VERSION = 1
 
@@ -465,7 +465,7 @@ def _mlgym_baseline(task: str, metrics: dict[str, Any], scores: list[dict[str, A
         metric, higher = KNOWN_PRIMARY_METRICS[task]
     else:
         metric = next(iter(metrics or (scores[0] if scores else {})), None)
-        higher = not (metric and _LOWER_IS_BETTER.search(metric))
+        higher = not lower_is_better(metric)
     score = metric_value(metrics, metric) if metric else None
     return BaselineInfo(metric=metric, score=score, higher_is_better=higher, metrics=metrics)
 
