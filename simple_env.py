@@ -33,7 +33,7 @@ from typing import Any
 import verifiers as vf
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from air.actions import REPLY_FORMAT, format_error_observation, parse_action
+from air.actions import REPLY_FORMAT, format_error_observation, message_text, parse_action
 from air.rewards import RewardSettings, RewardTracker
 
 logger = logging.getLogger(__name__)
@@ -166,10 +166,7 @@ def _reply_text(completion: Any) -> str:
     messages = completion if isinstance(completion, list) else []
     for message in reversed(messages):
         if isinstance(message, dict) and message.get("role") == "assistant":
-            content = message.get("content")
-            if isinstance(content, list):
-                return "".join(part.get("text", "") for part in content if isinstance(part, dict))
-            return content if isinstance(content, str) else ""
+            return message_text(message)
     return completion if isinstance(completion, str) else ""
 
 

@@ -83,6 +83,14 @@ class ParsedAction:
     error: str | None = None  # format error message, worded for the agent (what was wrong, what to do)
 
 
+def message_text(message: object) -> str:
+    """The text of a chat message whose content is a string or a list of OpenAI content parts."""
+    content = message.get("content") if isinstance(message, dict) else getattr(message, "content", None)
+    if isinstance(content, list):
+        return "".join(part.get("text") or "" for part in content if isinstance(part, dict))
+    return content if isinstance(content, str) else ""
+
+
 def format_error_observation(error: str) -> str:
     """The observation shown after a malformed reply: what was wrong, then the format again."""
     return (

@@ -31,7 +31,7 @@ import verifiers as vf
 from datasets import Dataset
 
 from air import prompts
-from air.actions import format_error_observation, parse_action
+from air.actions import format_error_observation, message_text, parse_action
 from air.env_settings import MLGymEnvSettings
 from air.errors import SandboxError
 from air.mlgym_tools import ToolSet, guard_multiline, load_mlgym_tools
@@ -201,7 +201,7 @@ class MLGymEnv(vf.MultiTurnEnv):
 
     async def env_response(self, messages: vf.Messages, state: vf.State, **kwargs: Any) -> vf.Messages:
         rollout: Rollout = state[STATE_KEY]
-        text = _content(messages[-1]) if messages else ""
+        text = message_text(messages[-1]) if messages else ""
         try:
             observation, final = await self._play(rollout, text)
         except SandboxError as exc:
@@ -360,8 +360,8 @@ class MLGymEnv(vf.MultiTurnEnv):
             image=self.sandbox_config.resolved_image(),
             task_root=str(self.task_root),
             env_settings=self.settings.model_dump(mode="json"),
-            system_prompt=_content(prompt[0]) if prompt else None,
-            task_prompt=_content(prompt[1]) if len(prompt) > 1 else None,
+            system_prompt=message_text(prompt[0]) if prompt else None,
+            task_prompt=message_text(prompt[1]) if len(prompt) > 1 else None,
             started_at=rollout.started_at,
             finished_at=finished,
             duration_s=(finished - rollout.started_at).total_seconds(),
@@ -405,16 +405,9 @@ def _exit_status(rollout: Rollout, state: vf.State, cancelled: bool) -> str:
     return {"max_turns_reached": "max_turns", "prompt_too_long": "prompt_too_long"}.get(stop, stop or "unknown")
 
 
-def _content(message: Any) -> str:
-    content = message.get("content") if isinstance(message, dict) else getattr(message, "content", None)
-    if isinstance(content, list):  # content parts
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return content or ""
-
-
 def _content_of_completion(completion: Any) -> str:
     if isinstance(completion, list) and completion:
-        return _content(completion[-1])
+        return message_text(completion[-1])
     return str(completion or "")
 
 

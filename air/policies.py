@@ -29,6 +29,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import TypeAdapter, ValidationError
 
+from air.actions import message_text, parse_action
+
 SPECS = ("baseline", "improve", "noisy", "replay:PATH", "script:PATH")
 
 SUBMIT = "submit"
@@ -54,9 +56,6 @@ _THOUGHTS = (
 )
 
 _TASK_HEADER = re.compile(r"^#\s*Task:\s*(\S+)")
-_THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL)
-# A fenced block: an opening line of 3+ backticks (optional info string), then lines up to the same fence.
-_FENCED_BLOCK = re.compile(r"^(?P<fence>`{3,})[^`\n]*\n(?P<body>.*?)\n(?P=fence)[ \t]*$", re.MULTILINE | re.DOTALL)
 _DIAL_SET = re.compile(r"^set\s+(-?\d+)$")
 # The dial's validate output, e.g. "Score: 0.870 (target is higher)" or "Score: 1.000 (exact)".
 _DIAL_HINT = re.compile(r"target is (?P<direction>higher|lower)|(?P<exact>\bexact\b)", re.IGNORECASE)
@@ -97,23 +96,9 @@ class Conversation:
     observations: list[str]  # the user message after each reply ("" when none came yet)
 
 
-def message_text(message: dict[str, Any]) -> str:
-    """Text of a chat message whose content is a string or a list of OpenAI content parts."""
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(part.get("text") or "" for part in content if isinstance(part, dict))
-    return ""
-
-
 def extract_command(reply: str) -> str | None:
-    """The command of a reply with exactly one fenced block (``<think>`` ignored), else None."""
-    blocks = _FENCED_BLOCK.findall(_THINK_BLOCK.sub("", reply))
-    if len(blocks) != 1:
-        return None
-    command = blocks[0][1].strip()
-    return command or None
+    """The command the env would run for ``reply`` (its own parser), or None for a malformed reply."""
+    return parse_action(reply).command
 
 
 def read_conversation(messages: Sequence[dict[str, Any]]) -> Conversation:

@@ -24,6 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import PydanticSerializationError
 
+from air.actions import message_text
 from air.tasks import KNOWN_PRIMARY_METRICS, lower_is_better, metric_value
 
 SCHEMA_VERSION = 1
@@ -540,10 +541,7 @@ def _final_evaluation(
 def _first_message(messages: list[dict[str, Any]], role: str) -> str | None:
     for message in messages:
         if message.get("role") == role:
-            content = message.get("content")
-            if isinstance(content, list):  # multi-part content: its text parts
-                content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-            return content if isinstance(content, str) else None
+            return message_text(message) if message.get("content") is not None else None
     return None
 
 
