@@ -164,10 +164,7 @@ class MLGymEnv(vf.MultiTurnEnv):
         loop = asyncio.get_running_loop()
         if self._pool is None or self._pool_loop is not loop or self._pool_pid != os.getpid():
             if self._pool is not None and self._pool_pid == os.getpid():
-                for sandbox in list(self._pool._ready):  # the old loop is gone: destroy on threads
-                    destroy_in_background(sandbox)
-                self._pool._ready.clear()
-                self._pool._closed = True
+                self._pool.abandon()  # its loop is gone; a forked child leaves the parent's pool alone
             self._pool = SandboxPool(self.sandbox_config, size=self.settings.pool_size)
             self._pool_loop, self._pool_pid = loop, os.getpid()
         return self._pool

@@ -239,6 +239,15 @@ class SandboxPool:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        futures = self._destroy_ready()
+        await asyncio.gather(*(asyncio.wrap_future(f) for f in futures), return_exceptions=True)
+
+    def abandon(self) -> None:
+        """Give up a pool whose event loop is gone: stop filling, destroy its ready sandboxes on threads."""
+        self._closed = True
+        self._destroy_ready()
+
+    def _destroy_ready(self) -> list[Future[Any]]:
         futures = [destroy_in_background(sb) for sb in self._ready]
         self._ready.clear()
-        await asyncio.gather(*(asyncio.wrap_future(f) for f in futures), return_exceptions=True)
+        return futures

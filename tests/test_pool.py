@@ -80,6 +80,24 @@ async def test_acquire_is_warm_and_release_destroys(sandbox_config: SandboxConfi
     assert not await asyncio.to_thread(_wait_gone, left)  # close removed the ready ones
 
 
+def test_an_abandoned_pool_destroys_its_ready_containers(sandbox_config: SandboxConfig) -> None:
+    """A pool whose event loop has ended (as when an env moves to a new loop) can still be emptied."""
+
+    async def fill() -> SandboxPool:
+        pool = SandboxPool(sandbox_config, size=2)
+        await pool.start()
+        await pool.wait_ready()
+        return pool
+
+    pool = asyncio.run(fill())  # that loop is closed now
+    ids = [sb.id for sb in pool._ready]
+    assert len(ids) == 2 and _existing(ids)
+    pool.abandon()
+    assert not _wait_gone(ids)
+    pool._refill()  # closed: returns at once (an open pool would need the dead loop and raise)
+    assert pool.ready_count == 0 and pool._starting == 0
+
+
 async def test_a_dead_ready_container_is_replaced(sandbox_config: SandboxConfig) -> None:
     async with SandboxPool(sandbox_config, size=1) as pool:
         await pool.wait_ready()
