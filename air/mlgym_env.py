@@ -85,7 +85,6 @@ class Rollout:
     consecutive_format_errors: int = 0
     timeouts: int = 0
     validates: int = 0
-    evaluations: int = 0
     dirty: bool = True  # the workspace may have changed since its last evaluation
     submitted: bool = False
     exit_status: str | None = None
@@ -275,7 +274,6 @@ class MLGymEnv(vf.MultiTurnEnv):
         assert rollout.workspace is not None
         evaluation = await rollout.workspace.evaluate()
         step_reward = rollout.tracker.record(evaluation.score if evaluation.ok else None)
-        rollout.evaluations += 1
         rollout.dirty = False
         record = TurnEvaluation(
             status=evaluation.status,
@@ -319,7 +317,7 @@ class MLGymEnv(vf.MultiTurnEnv):
             text = _content_of_completion(trajectory[-1].get("completion"))
             observation, _ = await self._play(rollout, text, after_last_turn=True)
             state["final_env_response"] = [{"role": "user", "content": observation}]
-        if not rollout.submitted and (rollout.dirty or rollout.evaluations == 0):
+        if not rollout.submitted and (rollout.dirty or rollout.tracker.evaluations == 0):
             _, rollout.final_evaluation, _ = await self._evaluate(rollout, "final")
         elif rollout.turns and rollout.turns[-1].evaluation is not None:
             rollout.final_evaluation = rollout.turns[-1].evaluation

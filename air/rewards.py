@@ -79,6 +79,10 @@ class RewardTracker:
         return reward
 
     @property
+    def evaluations(self) -> int:
+        return len(self.scores) + self.failed_evaluations
+
+    @property
     def best_score(self) -> float | None:
         if not self.scores:
             return None

@@ -42,7 +42,7 @@ def test_failed_evaluations_earn_nothing_and_keep_the_reference():
     assert tracker.record(None) == 0.0
     assert tracker.record(float("nan")) == 0.0
     assert tracker.record(1.5) == pytest.approx(0.5)
-    assert tracker.failed_evaluations == 2
+    assert tracker.failed_evaluations == 2 and tracker.evaluations == 3
 
 
 def test_penalties():
