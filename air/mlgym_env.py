@@ -55,10 +55,12 @@ export -f validate submit"""
 
 STATE_KEY = "air_rollout"
 RESULT_KEY = "air_result"
+# Raw scores are in each task's own units (accuracy, r2, game score): averaging them across tasks means
+# nothing, and prime-rl logs the batch mean of every metric as `metrics/<name>`. So an env serving one
+# task names them `<task>/best_score`; an env serving several leaves them to the trajectories.
+SCORE_METRICS = ("baseline_score", "best_score", "final_score")
+# Comparable across tasks (normalised progress, counts): plain names.
 METRIC_NAMES = (
-    "baseline_score",
-    "best_score",
-    "final_score",
     "improvement",
     "scored",
     "failed_evaluations",
@@ -122,7 +124,7 @@ class MLGymEnv(vf.MultiTurnEnv):
         super().__init__(
             dataset=dataset,
             eval_dataset=dataset,
-            rubric=_build_rubric(),
+            rubric=_build_rubric(list(self.tasks)),
             max_turns=settings.max_turns,
             message_type="chat",
             **kwargs,
@@ -150,7 +152,8 @@ class MLGymEnv(vf.MultiTurnEnv):
                     {
                         "prompt": [{"role": "system", "content": system}, {"role": "user", "content": user}],
                         "task": task.name,
-                        "info": {"task_id": task.id, "example": example},
+                        # prime-rl's EnvGroup overwrites `task` with the env's name: route by info.
+                        "info": {"task_name": task.name, "task_id": task.id, "example": example},
                     }
                 )
         dataset = Dataset.from_list(rows).shuffle(seed=s.seed) if len(rows) > 1 else Dataset.from_list(rows)
@@ -169,9 +172,10 @@ class MLGymEnv(vf.MultiTurnEnv):
         return self._pool
 
     async def setup_state(self, state: vf.State) -> vf.State:
-        task = self.tasks.get(state["task"])
+        name = task_name_of(state)
+        task = self.tasks.get(name)
         if task is None:
-            raise vf.SandboxError(f"unknown task {state['task']!r}; this env serves {sorted(self.tasks)}")
+            raise vf.SandboxError(f"unknown task {name!r}; this env serves {sorted(self.tasks)}")
         tracker = RewardTracker(task.baseline_score, task.higher_is_better, self.settings.reward)
         rollout = Rollout(task=task, sandbox=None, workspace=None, tracker=tracker)
         state[STATE_KEY] = rollout
@@ -416,20 +420,34 @@ def _jsonable(value: Any) -> Any:
     return repr(value)
 
 
-def _build_rubric() -> vf.Rubric:
+def task_name_of(state: vf.State) -> str:
+    """The MLGym task of a rollout: info["task_name"], else the `task` column (plain vf-eval)."""
+    info = state.get("info") or {}
+    return str(info.get("task_name") or state.get("task") or "")
+
+
+def metric_names(task_names: list[str]) -> list[str]:
+    """The metric names the rubric reports (``state["metrics"]``; prime-rl logs ``metrics/<name>``)."""
+    scores = [f"{task_names[0]}/{name}" for name in SCORE_METRICS] if len(task_names) == 1 else []
+    return scores + list(METRIC_NAMES)
+
+
+def _build_rubric(task_names: list[str]) -> vf.Rubric:
     """The reward and metrics computed in finish_rollout, handed to verifiers by name."""
 
     def _reader(name: str):
+        key = "reward" if name == "mlgym_reward" else name.rpartition("/")[2]
+
         async def read(state: vf.State) -> float:
             if name == "mlgym_reward" and state.get("error") is not None:
                 return 0.0
             result = state.get(RESULT_KEY) or {}
-            return float(result.get("reward" if name == "mlgym_reward" else name, 0.0))
+            return float(result.get(key, 0.0))
 
         read.__name__ = name
         return read
 
     rubric = vf.Rubric(funcs=[_reader("mlgym_reward")], weights=[1.0])
-    for name in METRIC_NAMES:
+    for name in metric_names(task_names):
         rubric.add_metric(_reader(name))
     return rubric

@@ -132,7 +132,7 @@ def test_loading_starts_no_container(docker_image):
 @pytest.mark.docker
 @pytest.mark.timeout(300)
 async def test_eight_concurrent_rollouts_improve_and_are_recorded(tmp_path, docker_image):
-    env = make_env(tmp_path, docker_image, max_turns=6)
+    env = make_env(tmp_path, docker_image, max_turns=6, task_configs=["laneMerge"])
     commands = ["cat strategy.py | head -5", BETTER_STRATEGY, "validate", "submit"]
     outputs = await run_group(env, ScriptPolicy(commands), "laneMerge", n=8)
     assert [o.get("error") for o in outputs] == [None] * 8
@@ -143,8 +143,8 @@ async def test_eight_concurrent_rollouts_improve_and_are_recorded(tmp_path, dock
     for output, record in zip(outputs, sorted(records, key=lambda r: r.id), strict=False):
         metrics = output["metrics"]
         assert metrics["validates"] == 1 and metrics["submitted"] == 1 and metrics["format_errors"] == 0
-        assert metrics["final_score"] > metrics["baseline_score"] + 0.2
-        assert output["reward"] == pytest.approx(progress("laneMerge", metrics["final_score"]), abs=1e-9)
+        assert metrics["laneMerge/final_score"] > metrics["laneMerge/baseline_score"] + 0.2
+        assert output["reward"] == pytest.approx(progress("laneMerge", metrics["laneMerge/final_score"]), abs=1e-9)
         assert record.exit_status == "submitted"
         assert [t.command for t in record.turns] == commands
         assert record.turns[2].evaluation.kind == "validate"
@@ -186,7 +186,7 @@ async def test_a_killed_container_masks_only_its_rollout(tmp_path, docker_image)
 @pytest.mark.docker
 @pytest.mark.timeout(180)
 async def test_max_turns_still_runs_the_last_command_and_scores_it(tmp_path, docker_image):
-    env = make_env(tmp_path, docker_image, max_turns=2)
+    env = make_env(tmp_path, docker_image, max_turns=2, task_configs=["laneMerge"])
     outputs = await run_group(env, ScriptPolicy(["ls", BETTER_STRATEGY]), "laneMerge")
     (output,) = outputs
     assert output.get("error") is None
@@ -197,8 +197,9 @@ async def test_max_turns_still_runs_the_last_command_and_scores_it(tmp_path, doc
     assert record.final_evaluation is not None and record.final_evaluation.kind == "final"
     # Never validated, yet the better strategy written on the very last turn earns its reward.
     assert output["metrics"]["validates"] == 0
-    assert output["metrics"]["final_score"] > output["metrics"]["baseline_score"] + 0.2
-    assert output["reward"] == pytest.approx(progress("laneMerge", output["metrics"]["final_score"]), abs=1e-9)
+    assert output["metrics"]["laneMerge/final_score"] > output["metrics"]["laneMerge/baseline_score"] + 0.2
+    final = output["metrics"]["laneMerge/final_score"]
+    assert output["reward"] == pytest.approx(progress("laneMerge", final), abs=1e-9)
     assert output["completion"][-1]["role"] == "user"  # the last command's output closes the completion
     assert "turn 2 of 2" in output["completion"][-1]["content"]
 
@@ -206,12 +207,12 @@ async def test_max_turns_still_runs_the_last_command_and_scores_it(tmp_path, doc
 @pytest.mark.docker
 @pytest.mark.timeout(180)
 async def test_an_agent_that_never_validates_gets_its_final_score(tmp_path, docker_image):
-    env = make_env(tmp_path, docker_image, max_turns=2)
+    env = make_env(tmp_path, docker_image, max_turns=2, task_configs=["loanDefault"])
     (output,) = await run_group(env, ScriptPolicy(["python baseline.py", "ls -la submission.csv"]), "loanDefault")
     assert output.get("error") is None
     metrics = output["metrics"]
     assert metrics["scored"] == 1 and metrics["validates"] == 0
-    assert metrics["final_score"] == pytest.approx(load_task("loanDefault").baseline_score, abs=1e-4)
+    assert metrics["loanDefault/final_score"] == pytest.approx(load_task("loanDefault").baseline_score, abs=1e-4)
     assert output["reward"] == pytest.approx(0.0, abs=1e-3)
 
 
@@ -302,6 +303,43 @@ def test_vf_eval_against_the_scripted_server_saves_results(tmp_path, docker_imag
     assert len(lines) == 2
     assert all(line["reward"] > 0.1 for line in lines)
     assert len(list(iter_trajectory_paths(tmp_path / "trajectories"))) == 2
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(300)
+async def test_prime_rl_env_group_routes_by_info_and_names_metrics_per_task(tmp_path, docker_image):
+    """prime-rl wraps every [[orchestrator.env]] in vf.EnvGroup, which overwrites the `task` column
+    with the env's name; env workers then run the sub-env directly on those rows."""
+    lane = make_env(tmp_path, docker_image, max_turns=4, task_configs=["laneMerge"])
+    loan = make_env(tmp_path, docker_image, max_turns=4, task_configs=["loanDefault"])
+    group = vf.EnvGroup(envs=[lane, loan], env_names=["mlgym-lane", "mlgym-loan"])
+    rows = group.get_dataset().to_list()
+    assert sorted({r["task"] for r in rows}) == ["mlgym-lane", "mlgym-loan"]
+    lane_row = next(r for r in rows if r["task"] == "mlgym-lane")
+    policy = ScriptPolicy([BETTER_STRATEGY, "validate", "submit"])
+    with PolicyServer(policy) as server:
+        client = AsyncOpenAI(base_url=server.base_url, api_key="test", max_retries=0)
+        try:
+            through_group = await group.run_group([lane_row] * 2, client, server.model_name, {})
+            direct = await lane.run_group([lane_row], client, server.model_name, {})  # an env worker's view
+        finally:
+            await client.close()
+    for output in [*through_group, *direct]:
+        assert output.get("error") is None, output.get("error")
+        metrics = output["metrics"]
+        assert metrics["laneMerge/final_score"] > metrics["laneMerge/baseline_score"] + 0.2
+        assert output["reward"] == pytest.approx(progress("laneMerge", metrics["laneMerge/final_score"]), abs=1e-9)
+    assert {r.task for r in trajectories(tmp_path)} == {"laneMerge"}
+
+
+def test_raw_score_metrics_are_named_per_task_and_left_out_when_tasks_mix():
+    from air.mlgym_env import metric_names
+
+    single = metric_names(["titanic"])
+    assert single[:3] == ["titanic/baseline_score", "titanic/best_score", "titanic/final_score"]
+    mixed = metric_names(["titanic", "prisonersDilemma"])
+    assert not any(name.endswith("_score") for name in mixed)  # accuracy averaged with game scores means nothing
+    assert "improvement" in mixed and "validates" in mixed
 
 
 def test_readme_documents_every_env_argument():
