@@ -82,17 +82,31 @@ def parse_env_settings(kwargs: dict[str, Any]) -> MLGymEnvSettings:
     try:
         return MLGymEnvSettings.model_validate(kwargs)
     except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            key = ".".join(str(p) for p in err["loc"]) or "(arguments)"
-            if err["type"] == "extra_forbidden":
-                known = list(_known_keys(err["loc"]))
-                guess = difflib.get_close_matches(str(err["loc"][-1]), known, n=1)
-                hint = f" (did you mean {guess[0]!r}?)" if guess else f" (known: {', '.join(sorted(known))})"
-                problems.append(f"{key}: unknown argument{hint}")
-            else:
-                problems.append(f"{key}: {err['msg']} (got {err.get('input')!r})")
+        problems = [f"{key}: {message}" for key, message in _problems(exc)]
         raise EnvSettingsError("air_mlgym: invalid environment arguments: " + "; ".join(problems)) from None
+
+
+def env_settings_problems(kwargs: dict[str, Any]) -> list[tuple[str, str]]:
+    """(key, message) for every argument ``load_environment`` would reject; empty when all are fine."""
+    try:
+        MLGymEnvSettings.model_validate(kwargs)
+    except ValidationError as exc:
+        return _problems(exc)
+    return []
+
+
+def _problems(exc: ValidationError) -> list[tuple[str, str]]:
+    problems = []
+    for err in exc.errors():
+        key = ".".join(str(p) for p in err["loc"]) or "(arguments)"
+        if err["type"] == "extra_forbidden":
+            known = list(_known_keys(err["loc"]))
+            guess = difflib.get_close_matches(str(err["loc"][-1]), known, n=1)
+            hint = f" (did you mean {guess[0]!r}?)" if guess else f" (known: {', '.join(sorted(known))})"
+            problems.append((key, f"unknown argument{hint}"))
+        else:
+            problems.append((key, f"{err['msg']} (got {err.get('input')!r})"))
+    return problems
 
 
 def _known_keys(loc: tuple[Any, ...]) -> list[str]:

@@ -38,7 +38,16 @@ from air.mlgym_tools import ToolSet, guard_multiline, load_mlgym_tools
 from air.pool import SandboxPool, cleanup_all, destroy_in_background
 from air.rewards import RewardTracker
 from air.sandbox import Sandbox, SandboxConfig
-from air.tasks import Evaluation, Task, TaskError, TaskWorkspace, list_tasks, load_task, resolve_task_root
+from air.tasks import (
+    BUILTIN_TASK_ROOT,
+    Evaluation,
+    Task,
+    TaskError,
+    TaskWorkspace,
+    list_tasks,
+    load_task,
+    resolve_task_root,
+)
 from air.trajectories import BaselineInfo, TrajectoryRecord, Turn, TurnEvaluation, write_trajectory
 
 log = logging.getLogger(__name__)
@@ -100,7 +109,7 @@ class MLGymEnv(vf.MultiTurnEnv):
         self.task_root = resolve_task_root(settings.task_root)
         names = settings.task_configs
         if names is None:
-            if settings.task_root is not None or os.environ.get("MLGYM_ROOT"):
+            if self.task_root != BUILTIN_TASK_ROOT.resolve():
                 raise TaskError(f"task_configs is required with task root {self.task_root}")
             names = list_tasks(self.task_root)
         self.tasks: dict[str, Task] = {}

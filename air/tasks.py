@@ -131,9 +131,15 @@ def metric_value(metrics: dict[str, Any], name: str) -> float | None:
 # --- task root and loading -------------------------------------------------------------------
 
 
+# A config can ask for the built-in tasks by name, whatever $MLGYM_ROOT says (configs/mlgym/rl_2gpu.toml).
+BUILTIN_NAMES = ("builtin", "built-in")
+
+
 def resolve_task_root(task_root: str | os.PathLike[str] | None = None) -> Path:
-    """The task root: the argument, else $MLGYM_ROOT, else the built-in tasks."""
-    if task_root is not None and str(task_root) != "":
+    """The task root: the argument ("builtin" names the built-in tasks), else $MLGYM_ROOT, else built-in."""
+    if task_root is not None and str(task_root) in BUILTIN_NAMES:
+        root, source = BUILTIN_TASK_ROOT, "the built-in tasks"
+    elif task_root is not None and str(task_root) != "":
         root, source = Path(task_root).expanduser(), "the task_root argument"
     elif os.environ.get("MLGYM_ROOT"):
         root, source = Path(os.environ["MLGYM_ROOT"]).expanduser(), "$MLGYM_ROOT"
