@@ -166,6 +166,20 @@ def _register_standalone(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--env-arg", action="append", default=[], metavar="KEY=JSON", help="extra env argument (repeatable)"
     )
+    parser.add_argument(
+        "--wandb",
+        action="store_true",
+        help="also log steps and sample rollouts to Weights & Biases (pip install 'air-agent[wandb]')",
+    )
+    parser.add_argument("--wandb-project", help="W&B project (default: $WANDB_PROJECT, else air-agent)")
+    parser.add_argument("--wandb-name", help="W&B run name (default: $WANDB_NAME, else W&B's)")
+    parser.add_argument(
+        "--wandb-table-every",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also log the samples table every N steps (default: only at the end)",
+    )
     parser.set_defaults(func=cmd_standalone)
 
 
@@ -211,15 +225,83 @@ def cmd_standalone(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         problems = [f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors()]
         raise CommandError("; ".join(problems)) from None
+    loggers = []
+    if args.wandb:
+        from air.wandb_logging import WandbStepLogger, WandbUnavailable
+
+        try:
+            loggers.append(
+                WandbStepLogger(project=args.wandb_project, name=args.wandb_name, table_every=args.wandb_table_every)
+            )
+        except WandbUnavailable as exc:
+            raise CommandError(str(exc)) from exc
     console = Console()
     view = StandaloneProgress(console, settings)
     try:
         with view:
-            summary = asyncio.run(run_standalone(settings, on_step=view.step_done, on_rollout=view.rollout_done))
+            summary = asyncio.run(
+                run_standalone(settings, on_step=view.step_done, on_rollout=view.rollout_done, loggers=loggers)
+            )
     except (ValueError, RuntimeError) as exc:  # bad env args, unknown task, no Docker, bad policy spec
         raise CommandError(str(exc)) from exc
     view.print_summary(summary)
     return 0 if summary["masked"] < summary["rollouts"] else 1
+
+
+# --------------------------------------------------------------------------- check
+
+
+def _register_check(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "check",
+        help="preflight before training: config, Docker, image, tasks, GPUs, endpoint, prime-rl, env, leftovers",
+        description=(
+            "Check everything a training run needs, touching no GPU: the config against prime-rl's schema and "
+            "cross-field rules, the Docker engine and sandbox image, the task root and every task's files and "
+            "data, the GPU layout against nvidia-smi (never kills), an inference endpoint, prime-rl's install, "
+            "air_mlgym loading through verifiers with the config's args, and leftovers of earlier runs. "
+            "Exit status 1 when anything fails."
+        ),
+    )
+    parser.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a prime-rl TOML (repeatable: orch.toml, train.toml and infer.toml of one run are cross-checked)",
+    )
+    parser.add_argument("--endpoint", help="an inference server to probe (http://host:port/v1)")
+    parser.add_argument("--prime-rl", dest="prime_rl", help="prime-rl checkout (default: $PRIME_RL_DIR, ~/prime-rl)")
+    parser.add_argument("--nvidia-smi", dest="nvidia_smi", help="the nvidia-smi executable (default: on PATH)")
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    parser.set_defaults(func=cmd_check)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from air.preflight import PreflightOptions, exit_code, rows_as_json, run_preflight
+
+    options = PreflightOptions(
+        configs=[Path(c) for c in args.config],
+        endpoint=args.endpoint,
+        prime_rl_dir=args.prime_rl,
+        nvidia_smi=args.nvidia_smi,
+    )
+    if args.json:
+        rows = run_preflight(options)
+        print(json.dumps(rows_as_json(rows), indent=2))
+        return exit_code(rows)
+    from rich.console import Console
+
+    from air.preflight_view import render_rows
+
+    console = Console()
+    with console.status("checking...") as status:
+        rows = run_preflight(options, on_row=lambda row: status.update(f"checked {row.check}"))
+    render_rows(console, rows)
+    return exit_code(rows)
 
 
 # --------------------------------------------------------------------------- replay
@@ -271,6 +353,7 @@ _REGISTRARS: list[Callable[[argparse._SubParsersAction], None]] = [
     _register_standalone,
     _register_policy_server,
     _register_replay,
+    _register_check,
 ]
 
 

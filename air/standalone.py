@@ -8,7 +8,7 @@ normalisation, as at prime-rl c87c19b), and a group whose rewards are all equal 
 advantage and teaches nothing. Nothing is trained: this checks the loop end to end and measures it.
 
 Written to ``output_dir``: ``trajectories/`` (one JSON per rollout), ``steps.jsonl`` (one line per
-step) and ``summary.json``.
+step) and ``summary.json``. Optional ``StepLogger``s (e.g. ``air.wandb_logging``) see every step too.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ import math
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import verifiers as vf
 from openai import AsyncOpenAI
@@ -65,6 +65,17 @@ class StandaloneSettings(BaseModel):
         return Path("outputs", "standalone", stamp).resolve()
 
 
+class StepLogger(Protocol):
+    """Sends a run somewhere else (an experiment tracker). It must not raise: the run's files come first."""
+
+    def start(self, settings: StandaloneSettings, output_dir: Path) -> None: ...
+
+    def log_step(self, stats: dict[str, Any], groups: list[list[dict[str, Any]]]) -> None: ...
+
+    def finish(self, summary: dict[str, Any] | None) -> None:
+        """``summary`` is None when the run failed."""
+
+
 def group_advantages(rewards: list[float]) -> list[float]:
     """prime-rl c87c19b: advantage = reward - mean(rewards of the group)."""
     if not rewards:
@@ -88,8 +99,10 @@ def step_statistics(step: int, groups: list[list[dict[str, Any]]], seconds: floa
         for o in kept:
             metrics = o.get("metrics") or {}
             validates.append(float(metrics.get("validates", 0.0)))
-            if "final_score" in metrics:
-                scores.append(float(metrics["final_score"]))
+            # air_mlgym names it `<task>/final_score` (one-task envs), simple_env `final_score`.
+            final = next((v for k, v in metrics.items() if k.rpartition("/")[2] == "final_score"), None)
+            if final is not None:
+                scores.append(float(final))
     return {
         "step": step,
         "rollouts": sum(len(g) for g in groups),
@@ -114,6 +127,7 @@ async def run_standalone(
     settings: StandaloneSettings,
     on_step: Callable[[dict[str, Any]], None] | None = None,
     on_rollout: Callable[[], None] | None = None,
+    loggers: Sequence[StepLogger] = (),
 ) -> dict[str, Any]:
     """Run the steps; returns the summary (also written to output_dir/summary.json)."""
     out = settings.resolved_output_dir()
@@ -142,6 +156,8 @@ async def run_standalone(
     started = time.perf_counter()
     cursor = 0
     try:
+        for logger in loggers:
+            logger.start(settings, out)
         with (out / "steps.jsonl").open("w") as log_file:
             for step in range(settings.steps):
                 t0 = time.perf_counter()
@@ -153,7 +169,8 @@ async def run_standalone(
                     group_inputs.append([{**row, "info": info} for _ in range(settings.rollouts_per_example)])
 
                 async def one_group(inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-                    outputs = await env.run_group(inputs, client, model, sampling)
+                    # trajectory_path: where air_mlgym saved the rollout, for loggers to point at.
+                    outputs = await env.run_group(inputs, client, model, sampling, state_columns=["trajectory_path"])
                     if on_rollout:
                         for _ in outputs:
                             on_rollout()
@@ -166,6 +183,12 @@ async def run_standalone(
                 log_file.flush()
                 if on_step:
                     on_step(stats)
+                for logger in loggers:
+                    logger.log_step(stats, groups)
+    except BaseException:
+        for logger in loggers:
+            logger.finish(None)
+        raise
     finally:
         await client.close()
         if server is not None:
@@ -184,6 +207,8 @@ async def run_standalone(
         "masked": sum(s["masked"] for s in steps),
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=True) + "\n")
+    for logger in loggers:
+        logger.finish(summary)
     return summary
 
 
