@@ -143,7 +143,7 @@ def check_docker(ctx: _Context) -> Iterator[CheckRow]:
 
 def check_tasks(ctx: _Context) -> Iterator[CheckRow]:
     from air.env_settings import env_settings_problems
-    from air.tasks import TaskError, load_task, resolve_task_root
+    from air.tasks import TaskError, list_tasks, load_task, resolve_task_root
 
     seen_roots: dict[str, Path | None] = {}
     for entry in ctx.our_envs:
@@ -169,7 +169,7 @@ def check_tasks(ctx: _Context) -> Iterator[CheckRow]:
         if root is None:
             ctx.failed_tasks.update(entry.args.get("task_configs") or [])
             continue
-        for name in entry.args.get("task_configs") or []:
+        for name in entry.args.get("task_configs") or list_tasks(root):
             try:
                 task = load_task(name, root)
                 files = task.workspace_files()

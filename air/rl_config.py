@@ -193,7 +193,8 @@ def schema_default(dotted: str) -> Any:
     node = _resolve(load_schema())
     default: Any = None
     for part in dotted.split("."):
-        prop = node.get("properties", {}).get(part)
+        branches = [_resolve(b) for b in node["anyOf"]] if "anyOf" in node else [node]  # e.g. optim: adamw | sgd
+        prop = next((b["properties"][part] for b in branches if part in b.get("properties", {})), None)
         if prop is None:
             raise KeyError(dotted)
         default = prop.get("default", default.get(part) if isinstance(default, dict) else None)

@@ -304,6 +304,121 @@ def cmd_check(args: argparse.Namespace) -> int:
     return exit_code(rows)
 
 
+# --------------------------------------------------------------------------- clean
+
+
+def _register_clean(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "clean",
+        help="stop what this project left behind: its labelled containers and the process trees it recorded",
+        description=(
+            "Lists, then with --yes stops, only what air started: sandbox containers carrying air's labels on this "
+            "host whose owning process died, and processes of trees `air train` recorded whose launcher has "
+            "exited. It never kills by process name and never touches other users' processes."
+        ),
+    )
+    parser.add_argument("--yes", action="store_true", help="act: without it, only show what would be stopped")
+    parser.add_argument(
+        "--include-running", action="store_true", help="also stop containers and trees of runs that are still going"
+    )
+    parser.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL (default 10)")
+    parser.set_defaults(func=cmd_clean)
+
+
+def cmd_clean(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from air.cleanup import execute_clean, plan_clean
+    from air.cleanup_view import render_plan, render_report
+
+    console = Console()
+    plan = plan_clean(include_running=args.include_running)
+    render_plan(console, plan)
+    if plan.empty:
+        if plan.records and args.yes:
+            execute_clean(plan, grace=args.grace)  # only tidies records of finished runs
+        return 0
+    if not args.yes:
+        console.print("Nothing was stopped. Run [bold]air clean --yes[/bold] to stop the above.")
+        return 0
+    report = execute_clean(plan, grace=args.grace)
+    render_report(console, report)
+    failed = [c for c, outcome in report.containers if outcome.startswith("failed")]
+    failed += [p for p in report.processes if p.outcome.startswith("failed")]
+    return 1 if failed else 0
+
+
+# --------------------------------------------------------------------------- train
+
+
+def _register_train(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "train",
+        help="preflight, then run prime-rl's `rl` on a config from any directory, recording its process tree",
+        description=(
+            "Runs `air check` on the config (stops on a failure), then `uv run rl @ CONFIG` in prime-rl's project "
+            "(UV_PROJECT), from the current directory, in a new session. The launcher's process tree is recorded; "
+            "when it exits, whatever is left of the tree (vLLM workers, trainer ranks) is stopped, and anything "
+            "that survives stays recorded for `air clean`. Ctrl-C is passed to the whole run."
+        ),
+    )
+    parser.add_argument("--config", required=True, metavar="FILE", help="a prime-rl rl TOML (configs/mlgym/*.toml)")
+    parser.add_argument("--prime-rl", dest="prime_rl", help="prime-rl checkout (default: $PRIME_RL_DIR, ~/prime-rl)")
+    parser.add_argument("--no-check", action="store_true", help="skip the preflight")
+    parser.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL for leftovers")
+    parser.add_argument("rl_args", nargs=argparse.REMAINDER, help="after --: extra arguments for rl (overrides)")
+    parser.set_defaults(func=cmd_train)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    import os
+    import shutil
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from air.launcher import launch
+    from air.preflight import PreflightOptions, exit_code, run_preflight
+    from air.preflight_view import render_rows
+    from air.prime_rl import find_prime_rl
+
+    console = Console()
+    config = Path(args.config).expanduser().resolve()
+    if not config.is_file():
+        raise CommandError(f"--config {args.config}: no such file")
+    install = find_prime_rl(args.prime_rl)
+    if install is None or not (install.root / "pyproject.toml").exists():
+        where = install.root if install else "$PRIME_RL_DIR or ~/prime-rl"
+        raise CommandError(
+            f"no prime-rl checkout at {where}: run `bash scripts/install_prime_rl.sh` or pass --prime-rl"
+        )
+    uv = shutil.which("uv")
+    if uv is None:
+        raise CommandError("uv is not on PATH (prime-rl starts its parts with `uv run`): pip install uv")
+    if not args.no_check:
+        with console.status("air check ..."):
+            rows = run_preflight(PreflightOptions(configs=[config], prime_rl_dir=str(install.root)))
+        render_rows(console, rows)
+        if exit_code(rows):
+            raise CommandError("the preflight failed (above); fix it, or pass --no-check to start anyway")
+    extra = args.rl_args[1:] if args.rl_args[:1] == ["--"] else args.rl_args
+    command = [uv, "run", "rl", "@", str(config), *extra]
+    # UV_PROJECT makes this and every `uv run` prime-rl starts (inference, orchestrator) use its project,
+    # whatever the current directory; outputs land in the current directory.
+    env = {**os.environ, "UV_PROJECT": str(install.root)}
+    env.pop("VIRTUAL_ENV", None)
+    console.print(f"[bold]air:[/bold] {' '.join(command)}  (UV_PROJECT={install.root}, cwd {Path.cwd()})")
+    result = launch(
+        command,
+        env=env,
+        kind="rl",
+        config=str(config),
+        grace=args.grace,
+        on_event=lambda line: console.print(f"[bold]air:[/bold] {line}"),
+    )
+    return result.exit_code
+
+
 # --------------------------------------------------------------------------- replay
 
 
@@ -354,6 +469,8 @@ _REGISTRARS: list[Callable[[argparse._SubParsersAction], None]] = [
     _register_policy_server,
     _register_replay,
     _register_check,
+    _register_train,
+    _register_clean,
 ]
 
 

@@ -279,3 +279,30 @@ def test_split_files_with_a_short_trainer_are_caught(tmp_path):
     assert [c.kind for c in report.configs] == ["orchestrator", "trainer"]
     assert any("2048 is shorter than" in str(p) and "8192" in str(p) for p in report.problems)
     assert seq_lens(report.configs[1]) == (2048, None)
+
+
+def _flat_keys(table: dict, prefix: str = "") -> set[str]:
+    keys = set()
+    for key, value in table.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict):
+            keys |= _flat_keys(value, dotted + ".")
+        else:  # arrays of tables ([[orchestrator.env]]) are documented as one key
+            keys.add(dotted)
+    return keys
+
+
+def test_readme_config_reference_matches_the_schema_and_the_shipped_configs():
+    from air.rl_config import schema_default
+
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("### Config reference", 1)[1].split("\n## ", 1)[0]
+    documented = set()
+    for line in section.splitlines():
+        if line.startswith("| `"):
+            first_cell = line.split("|")[1]
+            documented |= {part.strip(" `") for part in first_cell.split(",")}
+    for key in documented:
+        schema_default(key)  # raises KeyError for a key prime-rl does not have
+    used = set().union(*(_flat_keys(read(name)) for name in RL_FILES))
+    assert used - documented == set()
