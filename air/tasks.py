@@ -10,6 +10,7 @@ read at run time from the user's checkout.
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import io
 import json
 import os
@@ -262,7 +263,21 @@ class Task:
                 )
             # Like `docker cp dir ws/data`: the first dataset becomes data/, later ones data/<name>/.
             prefix = "data" if index == 0 else f"data/{source.name}"
-            files.update(_walk(source, prefix))
+            found = _walk(source, prefix)
+            if not found:
+                raise TaskError(
+                    f"Dataset {dataset.name!r} of task {self.name}: {source} is empty (a generator that failed "
+                    f"half-way leaves it so).{_generator_hint(source)}"
+                )
+            if index == 0:  # split globs are written against the workspace's data/ folder
+                for split in (dataset.train_split, dataset.valid_split, dataset.test_split):
+                    pattern = split.file_regex.removeprefix("./") if split else ""
+                    if split and not any(fnmatch.fnmatch(path, pattern) for path in found):
+                        raise TaskError(
+                            f"Dataset {dataset.name!r} of task {self.name}: no file for its {split.name!r} split "
+                            f"({split.file_regex}) in {source}.{_generator_hint(source)}"
+                        )
+            files.update(found)
         for entry in self.config.starter_code:
             source = self.root / entry
             if not source.exists():
@@ -275,6 +290,14 @@ class Task:
                     f"or datasets ({self.config_path})"
                 )
         return files
+
+
+def _generator_hint(data_folder: Path) -> str:
+    helpers = data_folder.parent / "_helpers"
+    scripts = sorted(p.name for p in helpers.glob("*.py")) if helpers.is_dir() else []
+    if scripts:
+        return f" It is generated: run `python {scripts[0]}` from inside {helpers}."
+    return ""
 
 
 def _walk(folder: Path, prefix: str) -> dict[str, Path]:

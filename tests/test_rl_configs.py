@@ -108,7 +108,8 @@ def test_the_split_files_are_the_rl_toml_run():
     assert orch["max_steps"] == train["max_steps"] == rl["max_steps"]
     lora = rl["trainer"]["model"]["lora"]
     assert train["model"]["lora"] == lora
-    assert orch["model"]["lora"]["name"] == f"r{lora['rank']}-a{lora['alpha']}"  # as `rl` derives it
+    assert orch["model"]["lora"]["rank"] == lora["rank"] and orch["model"]["lora"]["alpha"] == lora["alpha"]
+    assert orch["model"]["lora"]["name"]  # the adapter the orchestrator loads into vLLM and samples from
     assert infer["enable_lora"] and infer["max_lora_rank"] == lora["rank"]
     assert orch["num_train_workers"] == len(rl["trainer_gpu_ids"])
     assert Path(orch["output_dir"]).parent == Path(train["output_dir"])

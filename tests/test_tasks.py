@@ -109,3 +109,23 @@ def test_known_leaks_follow_the_dataset_into_task_variants(mlgym_root) -> None:
     data.update(id="shipwreckVariantL1", dataset_configs=["datasets/titanic.yaml"])
     path.write_text(yaml.safe_dump(data))
     assert load_task("shipwreck", mlgym_root).secret_files == ["data/ground_truth.csv"]
+
+
+def test_an_empty_or_half_generated_dataset_is_named_with_its_generator(mlgym_root) -> None:
+    data = mlgym_root / "data" / "shipwreck" / "data"
+    helpers = mlgym_root / "data" / "shipwreck" / "_helpers"
+    helpers.mkdir()
+    (helpers / "make_split.py").write_text("print('writes ../data')\n")
+    dataset_yaml = mlgym_root / "configs" / "datasets" / "shipwreck.yaml"
+    spec = yaml.safe_load(dataset_yaml.read_text())
+    spec["train_split"] = {"name": "train", "file_regex": "./data/train*"}
+    spec["valid_split"] = {"name": "valid", "file_regex": "./data/valid*"}
+    dataset_yaml.write_text(yaml.safe_dump(spec))
+    with pytest.raises(TaskError, match=r"no file for its 'valid' split \(\./data/valid\*\).*make_split\.py"):
+        load_task("shipwreck", mlgym_root).workspace_files()
+    (data / "valid.csv").write_text("PassengerId,Sex\n1,female\n")
+    assert "data/valid.csv" in load_task("shipwreck", mlgym_root).workspace_files()
+    for path in data.iterdir():
+        path.unlink()
+    with pytest.raises(TaskError, match=r"is empty .*make_split\.py"):
+        load_task("shipwreck", mlgym_root).workspace_files()
