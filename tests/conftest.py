@@ -4,6 +4,7 @@ engine or image fails the run instead, so the Docker tests can never silently no
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -50,3 +51,10 @@ async def sandbox(sandbox_config: SandboxConfig):
         yield sb
     finally:
         await sb.destroy()
+
+
+@pytest.fixture(autouse=True)
+def air_state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """No test reads or writes the user's own process records (~/.local/state/air)."""
+    monkeypatch.setenv("AIR_STATE_DIR", str(tmp_path / "state"))
+    return tmp_path / "state"

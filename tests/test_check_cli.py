@@ -31,7 +31,6 @@ def check_rows(capsys, *argv: str) -> tuple[int, dict[str, list[dict[str, str]]]
 
 @pytest.fixture(autouse=True)
 def isolated(monkeypatch, tmp_path):
-    monkeypatch.setenv("AIR_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.delenv("MLGYM_ROOT", raising=False)
     monkeypatch.delenv("PRIME_RL_DIR", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/prime-rl

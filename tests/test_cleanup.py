@@ -33,12 +33,6 @@ ROOT = textwrap.dedent(
 )
 
 
-@pytest.fixture(autouse=True)
-def _state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("AIR_STATE_DIR", str(tmp_path / "state"))
-    return tmp_path / "state"
-
-
 @pytest.fixture
 def tree() -> Iterator[tuple[subprocess.Popen[str], int, float]]:
     """A running root (new session) and its `sleep` member; teardown stops both if still there."""
@@ -89,11 +83,11 @@ def test_leftovers_of_a_finished_run_are_planned_and_stopped(tree) -> None:
     assert load_records() == ([], [])
 
 
-def test_records_with_nothing_alive_are_tidied_and_bad_files_listed(_state: Path) -> None:
+def test_records_with_nothing_alive_are_tidied_and_bad_files_listed(air_state_dir: Path) -> None:
     short = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
     record = record_launch(short.pid, "rl", ["rl"], cwd="/")
     short.wait()
-    (_state / "processes" / "garbage.json").write_text("[]")
+    (air_state_dir / "processes" / "garbage.json").write_text("[]")
 
     plan = plan_clean()
     assert plan.processes == []
@@ -103,7 +97,7 @@ def test_records_with_nothing_alive_are_tidied_and_bad_files_listed(_state: Path
     report = execute_clean(replace(plan, containers=[]))
     assert report.forgotten_records == [record.run_id]
     assert not record.path.exists()
-    assert (_state / "processes" / "garbage.json").exists()  # unreadable files are reported, never deleted
+    assert (air_state_dir / "processes" / "garbage.json").exists()  # unreadable files are reported, never deleted
 
 
 def _labels(run_id: str, pid: int, started: float) -> dict[str, str]:

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import psutil
-import pytest
 
 from air.launcher import launch, shell_exit_code
 from air.process_registry import load_records, same_process
@@ -60,12 +59,6 @@ TRAPS_SIGINT = textwrap.dedent(
 )
 
 
-@pytest.fixture(autouse=True)
-def _state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("AIR_STATE_DIR", str(tmp_path / "state"))
-    return tmp_path / "state"
-
-
 def _wait_for(path: Path, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():
@@ -86,7 +79,7 @@ def test_shell_exit_code() -> None:
     assert shell_exit_code(-signal.SIGKILL) == 137
 
 
-def test_orphans_are_stopped_and_look_alikes_spared(tmp_path: Path, _state: Path) -> None:
+def test_orphans_are_stopped_and_look_alikes_spared(tmp_path: Path, air_state_dir: Path) -> None:
     script = tmp_path / "fake_rl.py"
     script.write_text(FAKE_RL)
     pid_file = tmp_path / "orphan.pid"

@@ -46,12 +46,6 @@ TREE = textwrap.dedent(
 )
 
 
-@pytest.fixture(autouse=True)
-def _state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("AIR_STATE_DIR", str(tmp_path / "state"))
-    return tmp_path / "state"
-
-
 @pytest.fixture
 def spawn() -> Iterator:
     """Start processes; teardown kills those still running, plus extra (pid, create_time) pairs noted."""
@@ -97,10 +91,10 @@ def test_state_dir_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     assert state_dir(tmp_path / "explicit") == tmp_path / "explicit"
 
 
-def test_record_launch_writes_a_record_that_loads_back(spawn, _state: Path) -> None:
+def test_record_launch_writes_a_record_that_loads_back(spawn, air_state_dir: Path) -> None:
     proc = spawn(["sleep", "300"], start_new_session=True)
     record = record_launch(proc.pid, "rl", ["sleep", "300"], cwd="/somewhere", config="rl.toml")
-    assert record.path.parent == _state / "processes"
+    assert record.path.parent == air_state_dir / "processes"
     assert record.session_id == proc.pid  # a new session is led by its first process
     assert record.uid == os.getuid()
     records, problems = load_records()
@@ -113,7 +107,7 @@ def test_record_launch_writes_a_record_that_loads_back(spawn, _state: Path) -> N
     assert load_records() == ([], [])
 
 
-def test_malformed_record_files_are_listed_not_fatal(spawn, _state: Path) -> None:
+def test_malformed_record_files_are_listed_not_fatal(spawn, air_state_dir: Path) -> None:
     proc = spawn(["sleep", "300"], start_new_session=True)
     good = record_launch(proc.pid, "rl", ["sleep"], cwd="/")
     folder = records_dir()
