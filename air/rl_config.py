@@ -486,7 +486,8 @@ def split_run_problems(configs: Sequence[LoadedConfig]) -> list[ConfigProblem]:
                     "make the trainer's seq_len at least the orchestrator's",
                 )
             )
-    names = {c.label: _model_name(c) for c in configs if _model_name(c)}
+    # `model.name` in every kind of file (the combined config's [model] sets all three processes).
+    names = {c.label: _get(c.data, "model.name") for c in configs if _get(c.data, "model.name")}
     if len(set(names.values())) > 1:
         listing = ", ".join(f"{label}: {name}" for label, name in names.items())
         first = next(iter(names))
@@ -494,12 +495,6 @@ def split_run_problems(configs: Sequence[LoadedConfig]) -> list[ConfigProblem]:
             ConfigProblem(first, "model.name", f"the files name different models ({listing})", "use one model")
         )
     return problems
-
-
-def _model_name(config: LoadedConfig) -> str | None:
-    if config.kind == "rl":
-        return _get(config.data, "model.name")
-    return _get(config.data, "model.name")
 
 
 @dataclass
