@@ -441,6 +441,12 @@ def metric_names(task_names: list[str]) -> list[str]:
     return scores + list(METRIC_NAMES)
 
 
+def metric_value(metrics: dict[str, Any], name: str, task: str | None) -> Any:
+    """A metric by its plain name, reported plain (counts, simple_env) or as ``<task>/<name>`` (raw scores)."""
+    value = metrics.get(name)
+    return value if value is not None or not task else metrics.get(f"{task}/{name}")
+
+
 def _build_rubric(task_names: list[str]) -> vf.Rubric:
     """The reward and metrics computed in finish_rollout, handed to verifiers by name."""
 

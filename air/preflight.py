@@ -15,7 +15,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from air.rl_config import PRIME_RL_COMMIT, EnvEntry, LoadedConfig, check_config_files, env_entries, gpu_sets
+from air.rl_config import (
+    PRIME_RL_COMMIT,
+    EnvEntry,
+    LoadedConfig,
+    check_config_files,
+    env_entries,
+    gpu_key,
+    gpu_sets,
+)
 
 Status = Literal["pass", "warn", "fail", "n/a"]
 NET_TIMEOUT_S = 3.0
@@ -143,7 +151,7 @@ def check_docker(ctx: _Context) -> Iterator[CheckRow]:
 
 def check_tasks(ctx: _Context) -> Iterator[CheckRow]:
     from air.env_settings import env_settings_problems
-    from air.tasks import TaskError, list_tasks, load_task, resolve_task_root
+    from air.tasks import TaskError, generator_command, list_tasks, load_task, resolve_task_root
 
     seen_roots: dict[str, Path | None] = {}
     for entry in ctx.our_envs:
@@ -172,10 +180,17 @@ def check_tasks(ctx: _Context) -> Iterator[CheckRow]:
         for name in entry.args.get("task_configs") or list_tasks(root):
             try:
                 task = load_task(name, root)
+            except TaskError as exc:
+                ctx.failed_tasks.add(name)
+                yield CheckRow(f"task {name}", "fail", str(exc), _unknown_task_fix(str(exc), root))
+                continue
+            try:
                 files = task.workspace_files()
             except TaskError as exc:
                 ctx.failed_tasks.add(name)
-                yield CheckRow(f"task {name}", "fail", str(exc), _task_fix(str(exc), root, name))
+                local = [root / d.data_path for d in task.datasets if d.is_local]
+                fix = next(filter(None, map(generator_command, local)), "restore the missing files in the task root")
+                yield CheckRow(f"task {name}", "fail", str(exc), fix)
                 continue
             remote = [d for d in task.datasets if not d.is_local]
             detail = f"{len(files)} workspace files; baseline {task.primary_metric} = {task.baseline_score}"
@@ -185,17 +200,14 @@ def check_tasks(ctx: _Context) -> Iterator[CheckRow]:
             yield from _remote_dataset_rows(name, [d.data_path for d in remote], bool(entry.args.get("network")))
 
 
-def _task_fix(message: str, root: Path, name: str) -> str:
-    helper = root / "data" / name / "_helpers" / "_generate_split.py"
-    if "_generate_split" in message and helper.exists():
-        return f"cd {helper.parent} && python {helper.name}"
+def _unknown_task_fix(message: str, root: Path) -> str:
     if "Known tasks" in message:
         from air.tasks import BUILTIN_TASK_ROOT
 
         if root == BUILTIN_TASK_ROOT.resolve():
             return "it is an MLGym task: export MLGYM_ROOT=/path/to/MLGym (a checkout of facebookresearch/MLGym)"
         return f"use one of the task configs in {root}/configs/tasks"
-    return "restore the missing files in the task root"
+    return "fix the task config the message names"
 
 
 def _remote_dataset_rows(task: str, ids: list[str], network: bool) -> Iterator[CheckRow]:
@@ -234,8 +246,7 @@ def check_gpus(ctx: _Context) -> Iterator[CheckRow]:
     roles = []
     for config in ctx.configs:
         for name, ids in gpu_sets(config).items():
-            key = "env_gpu" if name.startswith("env ") else f"{name}_gpu_ids"
-            roles.append(GpuRole(name, ids, key))
+            roles.append(GpuRole(name, ids, gpu_key(config, name)))
     try:
         inventory = query_gpus(ctx.options.nvidia_smi, timeout=5.0)
     except GpuQueryError as exc:

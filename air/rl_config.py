@@ -399,20 +399,21 @@ def _gpu_overlap_problems(config: LoadedConfig) -> list[ConfigProblem]:
                 problems.append(
                     ConfigProblem(
                         config.label,
-                        _gpu_key(config, a),
+                        gpu_key(config, a),
                         f"GPU {_ids(shared)} assigned to both {a} ({_ids(sets[a])}) and {b} ({_ids(sets[b])})",
                         "give each role its own GPUs: inference_gpu_ids, trainer_gpu_ids and env_gpu must not overlap",
                     )
                 )
         if len(set(sets[a])) != len(sets[a]):
-            problems.append(ConfigProblem(config.label, _gpu_key(config, a), f"lists a GPU twice: {_ids(sets[a])}"))
+            problems.append(ConfigProblem(config.label, gpu_key(config, a), f"lists a GPU twice: {_ids(sets[a])}"))
     return problems
 
 
-def _gpu_key(config: LoadedConfig, role: str) -> str:
+def gpu_key(config: LoadedConfig, role: str) -> str:
+    """The key that assigns a role of ``gpu_sets`` its GPUs (what a user edits to move it)."""
     if role.startswith("env "):
         entry = next(e for e in env_entries(config) if f"env {e.name}" == role)
-        return f"{entry.key}.args.env_gpu"
+        return f"{_env_key(config, entry)}.args.env_gpu"
     return f"{role}_gpu_ids"
 
 

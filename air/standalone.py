@@ -28,6 +28,8 @@ import verifiers as vf
 from openai import AsyncOpenAI
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from air.mlgym_env import metric_value, task_name_of
+
 
 class StandaloneSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -99,8 +101,7 @@ def step_statistics(step: int, groups: list[list[dict[str, Any]]], seconds: floa
         for o in kept:
             metrics = o.get("metrics") or {}
             validates.append(float(metrics.get("validates", 0.0)))
-            # air_mlgym names it `<task>/final_score` (one-task envs), simple_env `final_score`.
-            final = next((v for k, v in metrics.items() if k.rpartition("/")[2] == "final_score"), None)
+            final = metric_value(metrics, "final_score", task_name_of(o))
             if final is not None:
                 scores.append(float(final))
     return {

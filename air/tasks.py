@@ -258,8 +258,7 @@ class Task:
             if not source.is_dir():
                 raise TaskError(
                     f"Dataset {dataset.name!r} of task {self.name} expects local data in {source}, which does "
-                    "not exist. Some MLGym tasks generate it first (the house-price task: run "
-                    "_helpers/_generate_split.py from inside data/regressionKaggleHousePrice/_helpers/)."
+                    f"not exist.{_generator_hint(source) or ' Some MLGym tasks generate it first.'}"
                 )
             # Like `docker cp dir ws/data`: the first dataset becomes data/, later ones data/<name>/.
             prefix = "data" if index == 0 else f"data/{source.name}"
@@ -292,12 +291,16 @@ class Task:
         return files
 
 
-def _generator_hint(data_folder: Path) -> str:
+def generator_command(data_folder: Path) -> str | None:
+    """How an MLGym-style dataset folder is made: a script in its sibling ``_helpers/``, run from there."""
     helpers = data_folder.parent / "_helpers"
     scripts = sorted(p.name for p in helpers.glob("*.py")) if helpers.is_dir() else []
-    if scripts:
-        return f" It is generated: run `python {scripts[0]}` from inside {helpers}."
-    return ""
+    return f"cd {helpers} && python {scripts[0]}" if scripts else None
+
+
+def _generator_hint(data_folder: Path) -> str:
+    command = generator_command(data_folder)
+    return f" It is generated: `{command}`." if command else ""
 
 
 def _walk(folder: Path, prefix: str) -> dict[str, Path]:

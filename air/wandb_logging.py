@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from air.actions import message_text, parse_action
+from air.mlgym_env import metric_value, task_name_of
 from air.standalone import StandaloneSettings, group_advantages
 from air.trajectories import TrajectoryError, TrajectoryRecord, load_trajectory, recorded_commands
 
@@ -84,7 +85,7 @@ def sample_rows(outputs: list[dict[str, Any]]) -> list[SampleRow]:
 
 def _row(output: dict[str, Any], advantage: float | None) -> SampleRow:
     info = output.get("info") or {}
-    task = info.get("task_name") or output.get("task")  # prime-rl's EnvGroup overwrites `task` with the env id
+    task = task_name_of(output) or None
     error = output.get("error")
     path = output.get("trajectory_path")
     record = _load_record(path)
@@ -94,12 +95,9 @@ def _row(output: dict[str, Any], advantage: float | None) -> SampleRow:
         commands = _commands_of(output.get("completion"))
 
     def metric(name: str) -> Any:
-        # air_mlgym names raw scores `<task>/<name>` (one task) or leaves them to the trajectory (several).
-        metrics = output.get("metrics") or {}
-        for found in (metrics.get(name), metrics.get(f"{task}/{name}"), record and record.metrics.get(name)):
-            if found is not None:
-                return found
-        return None
+        # Envs serving several tasks leave raw scores to the trajectory file.
+        found = metric_value(output.get("metrics") or {}, name, task)
+        return found if found is not None or record is None else record.metrics.get(name)
 
     return SampleRow(
         step=info.get("step"),
