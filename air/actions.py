@@ -105,26 +105,38 @@ def strip_think(text: str) -> str:
     return _split_think(text)[0]
 
 
-def _split_think(text: str) -> tuple[str, bool]:
-    """(visible text, whether an unclosed ``<think>`` swallowed the rest)."""
+def split_think(text: str) -> tuple[str, str]:
+    """(the reply without its thinking, the thinking), by the same rules as :func:`strip_think`."""
+    visible, _, thinking = _split_think(text)
+    return visible, "\n\n".join(part.strip() for part in thinking if part.strip())
+
+
+def _split_think(text: str) -> tuple[str, bool, list[str]]:
+    """(visible text, whether an unclosed ``<think>`` swallowed the rest, the thinking parts)."""
     visible: list[str] = []
-    start = 0  # start of the current visible stretch
+    thinking: list[str] = []
+    start = 0  # start of the current visible (or thinking) stretch
     inside = False
     for tag in _THINK_TAG.finditer(text):
         closing = tag.group(1) == "/"
         if inside:
             if closing:
+                thinking.append(text[start : tag.start()])
                 inside, start = False, tag.end()
             # a <think> inside thinking is just more thinking
         elif closing:
-            visible.clear()  # orphan </think>: everything before it was thinking
+            # orphan </think>: everything before it was thinking
+            thinking[:] = [_THINK_TAG.sub("", text[: tag.start()])]
+            visible.clear()
             start = tag.end()
         else:
             visible.append(text[start : tag.start()])
-            inside = True
-    if not inside:
+            inside, start = True, tag.end()
+    if inside:
+        thinking.append(text[start:])
+    else:
         visible.append(text[start:])
-    return "".join(visible), inside
+    return "".join(visible), inside, thinking
 
 
 @dataclass(frozen=True)
@@ -275,7 +287,7 @@ def _block_action(block: _Block, thought: str) -> ParsedAction:
 
 
 def _parse(text: str, multiline_commands: Mapping[str, str]) -> ParsedAction:
-    visible, unclosed_think = _split_think(text.replace("\r\n", "\n").replace("\r", "\n"))
+    visible, unclosed_think, _ = _split_think(text.replace("\r\n", "\n").replace("\r", "\n"))
     lines = visible.split("\n")
     blocks = _find_blocks(lines)
     if len(blocks) > 1:

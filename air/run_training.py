@@ -459,6 +459,12 @@ def _register_policy_server(subparsers: argparse._SubParsersAction) -> None:
     register_cli(subparsers)
 
 
+def _register_view(subparsers: argparse._SubParsersAction) -> None:
+    from air.visualize_launch import register_cli
+
+    register_cli(subparsers)
+
+
 # --------------------------------------------------------------------------- wiring
 
 _REGISTRARS: list[Callable[[argparse._SubParsersAction], None]] = [
@@ -468,6 +474,7 @@ _REGISTRARS: list[Callable[[argparse._SubParsersAction], None]] = [
     _register_standalone,
     _register_policy_server,
     _register_replay,
+    _register_view,
     _register_check,
     _register_train,
     _register_clean,

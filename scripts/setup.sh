@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One-time set-up of a machine (Debian/Ubuntu): installs only what is missing (uv, the Docker
-# engine, debootstrap), starts dockerd if nothing answers, syncs the locked environment and builds
-# the sandbox image. Idempotent: a second run does nothing but check. Used by the README's first
+# engine, debootstrap, Chromium for the viewer's browser test), starts dockerd if nothing
+# answers, syncs the locked environment and builds the sandbox image. Idempotent: a second run does nothing but check. Used by the README's first
 # command and by CI (.ci/run).
 set -euo pipefail
 
@@ -54,6 +54,8 @@ have python3 || missing+=(python3)
 if ! have uv && ! python3 -m pip --version >/dev/null 2>&1; then missing+=(python3-pip); fi
 { have docker && have dockerd; } || missing+=(docker.io)
 { have debootstrap || [[ -x /usr/sbin/debootstrap ]]; } || missing+=(debootstrap)
+# Debian's Chromium: the viewer's browser test drives it headless (AIR_SKIP_BROWSER=1 to leave it out).
+if [[ -z "${AIR_SKIP_BROWSER:-}" ]] && ! have chromium && [[ -z "${AIR_CHROMIUM:-}" ]]; then missing+=(chromium); fi
 if ((${#missing[@]})); then
     echo "installing: ${missing[*]}"
     as_root apt-get update

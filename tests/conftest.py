@@ -58,3 +58,17 @@ def air_state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """No test reads or writes the user's own process records (~/.local/state/air)."""
     monkeypatch.setenv("AIR_STATE_DIR", str(tmp_path / "state"))
     return tmp_path / "state"
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """Debian's Chromium for the browser tests: skipped on a machine without it, a failure in CI."""
+    from tests.viewer_server import chromium_path
+
+    found = chromium_path()
+    if found is None:
+        problem = "no Chromium found (apt-get install chromium, or set AIR_CHROMIUM)"
+        if os.environ.get("CI"):
+            pytest.fail(f"browser tests must run in CI: {problem}")
+        pytest.skip(problem)
+    return found

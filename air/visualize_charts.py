@@ -1,0 +1,98 @@
+"""Altair charts for the viewer, built from rollout_stats' tables (no Streamlit here)."""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+
+HEIGHT = 220
+_STEP_AXIS = alt.X("step:Q", title="training step", axis=alt.Axis(format="d", tickMinStep=1))
+
+
+def reward_curve(table: pd.DataFrame) -> alt.Chart:
+    """Mean reward per training step: the learning curve."""
+    base = alt.Chart(table).encode(
+        x=_STEP_AXIS,
+        y=alt.Y("reward:Q", title="mean reward"),
+        tooltip=["step", alt.Tooltip("reward:Q", format=".4f"), "rollouts"],
+    )
+    return (base.mark_line() + base.mark_circle(size=28)).properties(title="Reward per step", height=HEIGHT)
+
+
+def score_curves(table: pd.DataFrame) -> alt.FacetChart:
+    """Mean final score per step, one panel per task (their scales differ), baseline dashed."""
+    line = (
+        alt.Chart()
+        .mark_line(point=True)
+        .encode(
+            x=_STEP_AXIS,
+            y=alt.Y("final_score:Q", title="final score", scale=alt.Scale(zero=False)),
+            tooltip=[
+                "task",
+                "step",
+                alt.Tooltip("final_score:Q", format=".4f"),
+                alt.Tooltip("best_score:Q", format=".4f"),
+                alt.Tooltip("baseline:Q", format=".4f"),
+                "rollouts",
+            ],
+        )
+    )
+    baseline = alt.Chart().mark_rule(strokeDash=[4, 3], color="gray").encode(y="mean(baseline):Q")
+    return (
+        alt.layer(line, baseline, data=table)
+        .properties(width=260, height=160)
+        .facet(facet=alt.Facet("task:N", title=None), columns=3)
+        .resolve_scale(y="independent")
+        .properties(title="Final score per step (dashed: baseline)")
+    )
+
+
+def improvement_bars(table: pd.DataFrame) -> alt.Chart:
+    """Per task: mean final score minus baseline (positive is better), one bar per task and agent."""
+    several = table["agent"].nunique() > 1
+    table = table.assign(row=table["task"] + (" · " + table["agent"] if several else ""))
+    return (
+        alt.Chart(table)
+        .mark_bar()
+        .encode(
+            y=alt.Y("row:N", title=None, sort=None, axis=alt.Axis(labelLimit=320)),
+            x=alt.X("improvement:Q", title="mean final score - baseline (+ = better)"),
+            color=alt.Color("agent:N", title="model / policy", legend=alt.Legend(orient="bottom") if several else None),
+            tooltip=[
+                "task",
+                "agent",
+                alt.Tooltip("improvement:Q", format="+.4f"),
+                alt.Tooltip("beat_baseline:Q", format=".0%", title="beat baseline"),
+                "rollouts",
+            ],
+        )
+        .properties(title="Improvement over baseline per task", height=alt.Step(26))
+    )
+
+
+def per_x_chart(table: pd.DataFrame, x: str, y: str, title: str, y_title: str, percent: bool = False) -> alt.Chart:
+    """A line over training steps, or bars per agent when there are no steps."""
+    fmt = ".0%" if percent else ".2f"
+    tooltip = [x, alt.Tooltip(f"{y}:Q", format=fmt), *[c for c in table.columns if c not in (x, y)]]
+    y_axis = alt.Y(f"{y}:Q", title=y_title, axis=alt.Axis(format=fmt))
+    if x == "step":
+        base = alt.Chart(table).encode(x=_STEP_AXIS, y=y_axis, tooltip=tooltip)
+        chart = base.mark_line() + base.mark_circle(size=24)
+    else:
+        chart = alt.Chart(table).mark_bar().encode(x=alt.X(f"{x}:N", title=None), y=y_axis, tooltip=tooltip)
+    return chart.properties(title=title, height=HEIGHT)
+
+
+def evaluation_chart(points: pd.DataFrame, baseline: float | None) -> alt.Chart:
+    """A rollout's score after each evaluation, at the turn it happened (baseline dashed)."""
+    scored = points[points["score"].notna()]
+    base = alt.Chart(scored).encode(
+        x=alt.X("turn:Q", title="step (turn)", axis=alt.Axis(format="d", tickMinStep=1)),
+        y=alt.Y("score:Q", title="score", scale=alt.Scale(zero=False)),
+        tooltip=["turn", "kind", alt.Tooltip("score:Q", format=".4f")],
+    )
+    chart = base.mark_line() + base.mark_circle(size=60).encode(color=alt.Color("kind:N", title="evaluation"))
+    if baseline is not None:
+        rule = alt.Chart(pd.DataFrame({"baseline": [baseline]})).mark_rule(strokeDash=[4, 3], color="gray")
+        chart = chart + rule.encode(y="baseline:Q")
+    return chart.properties(title="Score after each evaluation (dashed: baseline)", height=200)

@@ -1,0 +1,69 @@
+"""``air view DIR``: the viewer's server, warmed up before the first browser arrives.
+
+It is ``streamlit run air/visualize.py -- --trajectory_dir DIR`` run in this process (through
+Streamlit's own command line, so every ``--server.*`` option behaves as documented), plus a
+background thread that imports the viewer's libraries and indexes DIR while the server starts:
+the first page then only renders (measured in experiments.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+from pathlib import Path
+
+APP = Path(__file__).resolve().parent / "visualize.py"
+
+
+def register_cli(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "view",
+        help="open the trajectory viewer on a folder of rollouts (ours or MLGym runs)",
+        description="Serve the Streamlit trajectory viewer for DIR (our trajectory JSON at any depth, "
+        "MLGym run folders). Prints the URL; on a remote node, forward the port (ssh -L 8501:localhost:8501).",
+    )
+    parser.add_argument("directory", help="folder of trajectories, e.g. runs/standalone/trajectories")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
+    parser.add_argument("--port", type=int, help="port (default: 8501, or the next free one)")
+    parser.add_argument("--browser", action="store_true", help="also open a browser on this machine")
+    parser.set_defaults(func=cmd_view)
+
+
+def cmd_view(args: argparse.Namespace) -> int:
+    from air.run_training import CommandError
+
+    directory = Path(args.directory).expanduser()
+    if not directory.is_dir():
+        raise CommandError(f"{directory}: no such folder (give the folder holding the trajectories)")
+    directory = directory.resolve()
+    threading.Thread(target=warm_up, args=(directory,), name="air-view-warm-up", daemon=True).start()
+    return serve(directory, host=args.host, port=args.port, browser=args.browser)
+
+
+def streamlit_arguments(directory: Path, host: str, port: int | None, browser: bool) -> list[str]:
+    options = ["--server.address", host, "--server.headless", "false" if browser else "true"]
+    options += ["--server.port", str(port)] if port is not None else []
+    options += ["--browser.gatherUsageStats", "false", "--client.toolbarMode", "viewer"]
+    return ["run", str(APP), *options, "--", "--trajectory_dir", str(directory)]
+
+
+def serve(directory: Path, host: str = "127.0.0.1", port: int | None = None, browser: bool = False) -> int:
+    from streamlit.web import cli
+
+    try:
+        cli.main(args=streamlit_arguments(directory, host, port, browser), prog_name="streamlit")
+    except SystemExit as exc:  # click ends with sys.exit; turn it into our return code
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return 0
+
+
+def warm_up(directory: Path) -> None:
+    """Import what the page needs and index the folder; a failure here only costs the speed-up."""
+    try:
+        from air import rollout_stats, visualize_overview, visualize_rollout  # noqa: F401  (imports pandas, altair)
+        from air.trajectory_index import shared_index
+
+        rollout_stats.index_frame(shared_index(directory).refresh())
+    except Exception as exc:  # noqa: BLE001  (the page reports real problems itself)
+        print(f"air view: warm-up skipped ({type(exc).__name__}: {exc})", file=sys.stderr)
