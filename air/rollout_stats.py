@@ -70,7 +70,7 @@ def apply_filters(frame: pd.DataFrame, filters: Filters) -> pd.DataFrame:
 
 
 def sort_rollouts(frame: pd.DataFrame, by: str, descending: bool | None = None) -> pd.DataFrame:
-    """Sort by one of SORTS; missing values go last either way; ties keep the file order."""
+    """Sort by one of SORTS; missing values go last either way; ties are ordered by file key."""
     column, default_descending = SORTS[by]
     ascending = not (default_descending if descending is None else descending)
     return frame.sort_values([column, "key"], ascending=[ascending, True], na_position="last", kind="stable")
@@ -142,14 +142,12 @@ def format_error_rate(frame: pd.DataFrame) -> pd.DataFrame:
 def zero_advantage_share(frame: pd.DataFrame) -> pd.DataFrame:
     """Per step, the share of GRPO groups (two or more rollouts sharing a group_id) in which every
     rollout got the same reward: their advantages are all zero, so they teach the model nothing.
-    Empty when no rollout records a group."""
-    grouped = frame[frame["group_id"].notna() & frame["reward"].notna()]
+    Empty when no rollout records both a group and a step."""
+    grouped = frame[frame["group_id"].notna() & frame["reward"].notna() & frame["step"].notna()]
     if grouped.empty:
         return pd.DataFrame(columns=["step", "groups", "zero_advantage", "share"])
-    step = grouped["step"].astype(float).fillna(-1)  # groups without a step are counted together
     per_group = (
-        grouped.assign(step=step)
-        .groupby(["step", "group_id"])
+        grouped.groupby(["step", "group_id"])
         .agg(size=("reward", "size"), spread=("reward", lambda s: float(s.max() - s.min())))
     )
     per_group = per_group[per_group["size"] >= 2]

@@ -25,6 +25,7 @@ from air.trajectories import (
     TrajectoryRecord,
     iter_trajectory_paths,
     load_trajectory,
+    recorded_evaluations,
     summary_metrics,
 )
 
@@ -99,8 +100,7 @@ def summarise(record: TrajectoryRecord, path: Path, root: Path) -> RolloutSummar
         improvement=_number(counts.get("improvement")),
         turns=int(counts["turns"]),
         validates=int(counts["validates"]),
-        evaluations=sum(1 for t in record.turns if t.evaluation is not None)
-        + (record.final_evaluation is not None and record.final_evaluation.kind == "final"),
+        evaluations=len(recorded_evaluations(record)),
         format_errors=int(counts["format_errors"]),
         timeouts=int(counts["timeouts"]),
         duration_s=_number(record.duration_s),
@@ -156,13 +156,14 @@ class TrajectoryIndex:
     def memo(self, name: Any, build: Callable[[], T], size: int = 32) -> T:
         """``build()``, computed once per version of the index (tables derived from the rows)."""
         with self._lock:
+            version = self.version  # the rows build() will see; a refresh meanwhile makes it stale
             hit = self._memo.get(name)
-            if hit is not None and hit[0] == self.version:
+            if hit is not None and hit[0] == version:
                 self._memo.move_to_end(name)
                 return hit[1]
         value = build()
         with self._lock:
-            self._memo[name] = (self.version, value)
+            self._memo[name] = (version, value)
             while len(self._memo) > size:
                 self._memo.popitem(last=False)
         return value
@@ -174,7 +175,8 @@ class TrajectoryIndex:
         return entry[1]
 
     def load(self, key: str) -> TrajectoryRecord:
-        """The full record of one rollout (recently used ones are kept in memory)."""
+        """The full record of one rollout (recently used ones are kept in memory). KeyError for a key
+        the index does not hold; OSError / TrajectoryError when the file changed badly or vanished."""
         summary = self.summary(key)
         path = Path(summary.path)
         cache_key = (key, _signature(path))

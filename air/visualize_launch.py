@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 import threading
+import time
 from pathlib import Path
 
 APP = Path(__file__).resolve().parent / "visualize.py"
@@ -60,10 +61,19 @@ def serve(directory: Path, host: str = "127.0.0.1", port: int | None = None, bro
 
 def warm_up(directory: Path) -> None:
     """Import what the page needs and index the folder; a failure here only costs the speed-up."""
+    started = time.perf_counter()
     try:
         from air import rollout_stats, visualize_overview, visualize_rollout  # noqa: F401  (imports pandas, altair)
         from air.trajectory_index import shared_index
 
-        rollout_stats.index_frame(shared_index(directory).refresh())
+        index = shared_index(directory).refresh()
+        rollout_stats.index_frame(index)
+        took = time.perf_counter() - started
+        print(
+            f"air view: ready: {len(index.rollouts):,} rollouts and {len(index.problems):,} unreadable files "
+            f"indexed in {took:.1f} s",
+            file=sys.stderr,
+            flush=True,
+        )
     except Exception as exc:  # noqa: BLE001  (the page reports real problems itself)
         print(f"air view: warm-up skipped ({type(exc).__name__}: {exc})", file=sys.stderr)

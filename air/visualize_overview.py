@@ -90,7 +90,7 @@ def _charts(shown: pd.DataFrame) -> None:
     )
     zero = stats.zero_advantage_share(shown)
     if zero.empty:
-        right.caption("Zero-advantage groups: no group information in these rollouts.")
+        right.caption("Zero-advantage groups: no rollout here records its group and training step.")
     else:
         title = "Zero-advantage groups (all rewards equal)"
         right.altair_chart(charts.per_x_chart(zero, "step", "share", title, "share of groups", True), width="stretch")

@@ -234,7 +234,7 @@ def test_overview_without_training_steps_charts_per_agent(tmp_path: Path, monkey
     at = _app(tmp_path / "only", monkeypatch)
     assert _metric(at, "training steps") == "none"
     assert any("charts are per model or policy" in c.value for c in at.caption)
-    assert any("no group information" in c.value for c in at.caption)
+    assert any("no rollout here records its group and training step" in c.value for c in at.caption)
 
 
 def test_a_rollout_deleted_after_indexing_is_reported_not_fatal(folder: Path, monkeypatch) -> None:
@@ -264,3 +264,35 @@ def test_the_folder_comes_from_the_command_line_after_streamlits_double_dash() -
 
     assert default_directory(["--trajectory_dir", "/data/run"]) == "/data/run"
     assert default_directory(["-x", "tests/", "--trajectory-dir=/r"]) == "/r"
+
+
+def test_air_view_refuses_a_missing_folder_naming_it(tmp_path: Path, capsys) -> None:
+    from air.run_training import main
+
+    assert main(["view", str(tmp_path / "nope")]) == 1
+    assert f"{tmp_path / 'nope'}: no such folder" in capsys.readouterr().err
+
+
+def test_air_view_serves_the_folder_on_loopback_with_streamlits_own_options(tmp_path: Path) -> None:
+    from air.visualize_launch import APP, streamlit_arguments
+
+    args = streamlit_arguments(tmp_path, "127.0.0.1", 9123, browser=False)
+    assert args[:2] == ["run", str(APP)] and APP.name == "visualize.py"
+    assert args[args.index("--") :] == ["--", "--trajectory_dir", str(tmp_path)]
+    options = dict(zip(args[2 : args.index("--") : 2], args[3 : args.index("--") : 2], strict=True))
+    assert options["--server.address"] == "127.0.0.1" and options["--server.port"] == "9123"
+    assert options["--server.headless"] == "true" and options["--browser.gatherUsageStats"] == "false"
+    assert "--server.port" not in streamlit_arguments(tmp_path, "127.0.0.1", None, browser=True)
+
+
+def test_warm_up_indexes_the_folder_the_pages_then_share(tmp_path: Path, capsys) -> None:
+    from air.rollout_stats import index_frame
+    from air.trajectory_index import shared_index
+    from air.visualize_launch import warm_up
+
+    folder = write_mixed_folder(tmp_path / "runs")
+    warm_up(folder)
+    assert f"ready: {ROLLOUTS + 2} rollouts and 4 unreadable files" in capsys.readouterr().err
+    index = shared_index(folder)
+    assert index.refreshed and len(index.rollouts) == ROLLOUTS + 2
+    assert index_frame(index) is index_frame(index)  # built once, by the warm-up

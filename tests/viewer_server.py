@@ -35,9 +35,12 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def viewer_server(trajectory_dir: Path, via: str = "air view", timeout_s: float = 60.0) -> Iterator[str]:
+def viewer_server(
+    trajectory_dir: Path, via: str = "air view", wait_warm: bool = False, timeout_s: float = 120.0
+) -> Iterator[str]:
     """Serve the viewer on 127.0.0.1 and yield its URL: ``via="air view"`` runs ``air view DIR``,
     ``via="streamlit run"`` the plain ``streamlit run air/visualize.py -- --trajectory_dir DIR``.
+    ``wait_warm`` (air view only) also waits for its warm-up's "ready" line.
     The server (a process group of its own) is stopped on exit, whatever happened."""
     port = free_port()
     if via == "air view":
@@ -61,7 +64,9 @@ def viewer_server(trajectory_dir: Path, via: str = "air view", timeout_s: float 
                 raise RuntimeError(f"streamlit exited with {process.returncode}:\n{log.read()[-3000:]}")
             with contextlib.suppress(OSError):
                 with urllib.request.urlopen(f"{url}/_stcore/health", timeout=1) as reply:
-                    if reply.status == 200:
+                    log.seek(0)
+                    warm = "air view: " in log.read() or not wait_warm  # ready, or warm-up skipped
+                    if reply.status == 200 and warm:
                         break
             if time.monotonic() > deadline:
                 raise TimeoutError(f"streamlit did not answer on {url} within {timeout_s:.0f} s")
