@@ -146,9 +146,8 @@ def zero_advantage_share(frame: pd.DataFrame) -> pd.DataFrame:
     grouped = frame[frame["group_id"].notna() & frame["reward"].notna() & frame["step"].notna()]
     if grouped.empty:
         return pd.DataFrame(columns=["step", "groups", "zero_advantage", "share"])
-    per_group = (
-        grouped.groupby(["step", "group_id"])
-        .agg(size=("reward", "size"), spread=("reward", lambda s: float(s.max() - s.min())))
+    per_group = grouped.groupby(["step", "group_id"]).agg(
+        size=("reward", "size"), spread=("reward", lambda s: float(s.max() - s.min()))
     )
     per_group = per_group[per_group["size"] >= 2]
     if per_group.empty:
