@@ -62,7 +62,9 @@ def _sidebar_filters(frame: pd.DataFrame, index: TrajectoryIndex) -> tuple[stats
         low, high = int(steps.min()), int(steps.max())
         chosen = side.slider("Training step", low, high, (low, high), key="filter_steps")
         filters.steps = None if tuple(chosen) == (low, high) else tuple(chosen)
-    filters.exit_statuses = side.multiselect("Exit status", sorted(frame["exit_status"].unique()), key="filter_exit")
+    filters.exit_statuses = side.multiselect(
+        "Exit status", sorted(frame["exit_status"].unique()), format_func=lambda s: s or "(none)", key="filter_exit"
+    )
     rewards = frame["reward"].dropna()
     if len(rewards) and rewards.min() < rewards.max():
         low, high = float(rewards.min()), float(rewards.max())
@@ -73,7 +75,9 @@ def _sidebar_filters(frame: pd.DataFrame, index: TrajectoryIndex) -> tuple[stats
         with st.spinner(f"Searching {len(frame):,} rollouts for {query!r} ..."):
             filters.search_hits = index.memo(("search", query), lambda: index.search(query))
     side.header("Sort")
-    sort_by = side.selectbox("Sort by", list(stats.SORTS), key="sort_by")
+    sorts = list(stats.SORTS)
+    default = 0 if frame["reward"].notna().any() else sorts.index("score vs baseline")  # MLGym runs: no reward
+    sort_by = side.selectbox("Sort by", sorts, index=default, key="sort_by")
     reverse = side.toggle("Reverse order", key="sort_reverse")
     return filters, sort_by, reverse
 

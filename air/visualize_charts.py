@@ -48,8 +48,32 @@ def score_curves(table: pd.DataFrame) -> alt.FacetChart:
 
 
 def improvement_bars(table: pd.DataFrame) -> alt.Chart:
-    """Per task: mean final score minus baseline (positive is better), one bar per task and agent."""
-    several = table["agent"].nunique() > 1
+    """Per task: mean final score minus baseline (positive is better), one bar per task and agent.
+    With many agents (MLGym's model comparisons), a task x agent grid coloured by how often the
+    baseline was beaten (the raw improvements of different tasks are not on one scale)."""
+    tooltip = [
+        "task",
+        "agent",
+        alt.Tooltip("improvement:Q", format="+.4f", title="mean improvement"),
+        alt.Tooltip("beat_baseline:Q", format=".0%", title="beat baseline"),
+        "rollouts",
+    ]
+    agents = table["agent"].nunique()
+    if agents > 3:
+        return (
+            alt.Chart(table)
+            .mark_rect()
+            .encode(
+                x=alt.X("agent:N", title=None, axis=alt.Axis(labelAngle=-35, labelLimit=150, labelOverlap=False)),
+                y=alt.Y("task:N", title=None, axis=alt.Axis(labelLimit=200)),
+                color=alt.Color(
+                    "beat_baseline:Q", title="beat baseline", scale=alt.Scale(scheme="redyellowgreen", domain=[0, 1])
+                ),
+                tooltip=tooltip,
+            )
+            .properties(title="Share of rollouts beating the baseline, per task and model", height=alt.Step(22))
+        )
+    several = agents > 1
     table = table.assign(row=table["task"] + (" · " + table["agent"] if several else ""))
     return (
         alt.Chart(table)
@@ -58,13 +82,7 @@ def improvement_bars(table: pd.DataFrame) -> alt.Chart:
             y=alt.Y("row:N", title=None, sort=None, axis=alt.Axis(labelLimit=320)),
             x=alt.X("improvement:Q", title="mean final score - baseline (+ = better)"),
             color=alt.Color("agent:N", title="model / policy", legend=alt.Legend(orient="bottom") if several else None),
-            tooltip=[
-                "task",
-                "agent",
-                alt.Tooltip("improvement:Q", format="+.4f"),
-                alt.Tooltip("beat_baseline:Q", format=".0%", title="beat baseline"),
-                "rollouts",
-            ],
+            tooltip=tooltip,
         )
         .properties(title="Improvement over baseline per task", height=alt.Step(26))
     )
@@ -74,13 +92,16 @@ def per_x_chart(table: pd.DataFrame, x: str, y: str, title: str, y_title: str, p
     """A line over training steps, or bars per agent when there are no steps."""
     fmt = ".0%" if percent else ".2f"
     tooltip = [x, alt.Tooltip(f"{y}:Q", format=fmt), *[c for c in table.columns if c not in (x, y)]]
-    y_axis = alt.Y(f"{y}:Q", title=y_title, axis=alt.Axis(format=fmt))
     if x == "step":
+        y_axis = alt.Y(f"{y}:Q", title=y_title, axis=alt.Axis(format=fmt))
         base = alt.Chart(table).encode(x=_STEP_AXIS, y=y_axis, tooltip=tooltip)
         chart = base.mark_line() + base.mark_circle(size=24)
-    else:
-        chart = alt.Chart(table).mark_bar().encode(x=alt.X(f"{x}:N", title=None), y=y_axis, tooltip=tooltip)
-    return chart.properties(title=title, height=HEIGHT)
+        return chart.properties(title=title, height=HEIGHT)
+    # one horizontal bar per agent: long model names stay readable
+    x_axis = alt.X(f"{y}:Q", title=y_title, axis=alt.Axis(format=fmt))
+    y_axis = alt.Y(f"{x}:N", title=None, axis=alt.Axis(labelLimit=160, labelOverlap=False))
+    chart = alt.Chart(table).mark_bar().encode(y=y_axis, x=x_axis, tooltip=tooltip)
+    return chart.properties(title=title, height=alt.Step(18))
 
 
 def evaluation_chart(points: pd.DataFrame, baseline: float | None) -> alt.Chart:

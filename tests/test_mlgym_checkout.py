@@ -77,3 +77,23 @@ async def test_a_rollout_with_mlgyms_own_commands(tmp_path: Path, docker_image: 
     assert "NOTE = 'written through MLGym edit'" in record.turns[3].output
     baseline = load_task("battleOfSexes", ROOT).baseline_score
     assert record.turns[4].evaluation.score == pytest.approx(baseline, abs=0.05)
+
+
+def test_the_viewer_reads_every_published_mlgym_run() -> None:
+    """MLGym's 676 published runs (13 models x 13 tasks x 4 seeds): every one indexed, none unreadable,
+    each with its model, task and (when it has turns) the commands of its .traj."""
+    from air.rollout_stats import improvement_by_task, index_frame
+    from air.trajectory_index import TrajectoryIndex
+
+    folder = Path(ROOT) / "trajectories"
+    if not folder.is_dir():
+        pytest.skip(f"{folder}: this checkout has no published trajectories")
+    expected = {p.parent for p in folder.rglob("*") if p.name == "results.json" or p.suffix == ".traj"}
+    index = TrajectoryIndex(folder).refresh()
+    assert index.problems == []
+    assert len(index.rollouts) == len(expected) > 0
+    frame = index_frame(index)
+    assert frame["agent"].str.len().gt(0).all() and frame["task"].str.len().gt(0).all()
+    assert (improvement_by_task(frame)["rollouts"].sum()) == frame["improvement"].notna().sum()
+    some = next(r for r in index.rollouts if r.turns > 0)
+    assert index.load(some.key).turns[0].model_text
