@@ -230,7 +230,9 @@ def _looks_like_results(raw: bytes) -> bool:
 
 # --- finding trajectories ----------------------------------------------------------------------
 
-_NOT_OURS = {"results.json"}  # MLGym's per-run score file
+# MLGym's per-run score file; `air standalone`'s run summary (next to its trajectories/ folder).
+# Our records are named <stamp>-<id>.json, so neither name can be one.
+_NOT_OURS = {"results.json", "summary.json"}
 
 
 def iter_trajectory_paths(directory: Path | str) -> Iterator[Path]:

@@ -463,3 +463,9 @@ def test_iter_trajectory_paths_finds_nested_files_and_run_folders(tmp_path: Path
     assert {p: load_trajectory(p).source for p in found} == {a: "air", b: "air", run: "mlgym", scores_only: "mlgym"}
     with pytest.raises(FileNotFoundError):
         iter_trajectory_paths(tmp_path / "missing")
+
+
+def test_a_standalone_runs_summary_is_not_taken_for_a_trajectory(tmp_path: Path) -> None:
+    path = write_trajectory(make_record(), tmp_path / "run" / "trajectories")
+    (tmp_path / "run" / "summary.json").write_text('{"steps": 3}')
+    assert list(iter_trajectory_paths(tmp_path)) == [path]
