@@ -43,6 +43,13 @@ def _settled(page) -> None:
     page.locator('[data-testid="stStatusWidget"]').wait_for(state="hidden")
 
 
+def _choose(page, picker: str, typed: str, option: str) -> None:
+    """Open a select box by its label, type to filter its options, click the one matching."""
+    _main(page).locator('[data-testid="stSelectbox"]').filter(has_text=picker).click()
+    page.keyboard.type(typed)
+    page.get_by_role("option", name=re.compile(option)).click()
+
+
 def _main(page):
     return page.locator('[data-testid="stMain"]')
 
@@ -64,10 +71,7 @@ def test_open_select_a_rollout_step_through_it_and_compare(page, tmp_path: Path)
 
         # select a rollout: the Rollout view, then the picker, typing to filter its options
         main.get_by_text("Rollout", exact=True).click()
-        picker = main.locator('[data-testid="stSelectbox"]').filter(has_text="Rollout")
-        picker.click()
-        page.keyboard.type("handmade")
-        page.get_by_role("option", name=re.compile("handmade · scripted-improver")).click()
+        _choose(page, "Rollout", "handmade", "handmade · scripted-improver")
         main.get_by_text("handmade · scripted-improver", exact=True).wait_for()
         main.get_by_text("Step 1 of 4: ls -la").wait_for()
         assert main.get_by_text("quokka_data.csv").is_visible()
@@ -85,10 +89,7 @@ def test_open_select_a_rollout_step_through_it_and_compare(page, tmp_path: Path)
 
         # two rollouts side by side
         main.get_by_text("Compare", exact=True).click()
-        right = main.locator('[data-testid="stSelectbox"]').filter(has_text="Right")
-        right.click()
-        page.keyboard.type("mazeRunner")
-        page.get_by_role("option", name=re.compile("mazeRunner · acme-tiny-7b")).click()
+        _choose(page, "Right", "mazeRunner", "mazeRunner · acme-tiny-7b")
         main.get_by_text("mazeRunner · acme-tiny-7b", exact=True).wait_for()
         main.get_by_text("Step 1 of 7: ls").wait_for()  # the right column's own steps
         _settled(page)
