@@ -9,12 +9,14 @@ the first page then only renders (measured in experiments.md).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 import threading
 import time
 from pathlib import Path
 
 APP = Path(__file__).resolve().parent / "visualize.py"
+INSTALL_HINT = "pip install 'air-agent[viewer]' (this project's own environment has it: uv run air view DIR)"
 
 
 def register_cli(subparsers: argparse._SubParsersAction) -> None:
@@ -34,6 +36,8 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
 def cmd_view(args: argparse.Namespace) -> int:
     from air.run_training import CommandError
 
+    if importlib.util.find_spec("streamlit") is None:
+        raise CommandError(f"the viewer needs Streamlit, which this environment lacks: {INSTALL_HINT}")
     directory = Path(args.directory).expanduser()
     if not directory.is_dir():
         raise CommandError(f"{directory}: no such folder (give the folder holding the trajectories)")

@@ -296,3 +296,17 @@ def test_warm_up_indexes_the_folder_the_pages_then_share(tmp_path: Path, capsys)
     index = shared_index(folder)
     assert index.refreshed and len(index.rollouts) == ROLLOUTS + 2
     assert index_frame(index) is index_frame(index)  # built once, by the warm-up
+
+
+def test_air_view_without_streamlit_says_how_to_get_it(tmp_path: Path, monkeypatch, capsys) -> None:
+    """prime-rl's venv gets air-agent without the viewer extra: air view must say so, not crash."""
+    import importlib.util
+
+    from air.run_training import main
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "streamlit" else real_find_spec(name, *a)
+    )
+    assert main(["view", str(tmp_path)]) == 1
+    assert "pip install 'air-agent[viewer]'" in capsys.readouterr().err
