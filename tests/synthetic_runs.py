@@ -75,7 +75,7 @@ def synthetic_record(
             )
         )
     submitted = rng.random() < 0.7
-    final_score = scores[-1] if scores else None
+    final_score = scores[-1] if scores and submitted else None
     final = None
     if submitted and final_score is not None:
         final = TurnEvaluation(status="ok", score=final_score, metrics={metric: final_score}, kind="submit")

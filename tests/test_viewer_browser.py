@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from air.trajectory_index import TrajectoryIndex
 from tests.synthetic_runs import MIXED_ROLLOUTS, write_mixed_folder
 from tests.viewer_server import viewer_server
 
@@ -69,8 +70,18 @@ def test_open_select_a_rollout_step_through_it_and_compare(page, tmp_path: Path)
         _settled(page)
         overview = _screenshot(page, tmp_path, "viewer-overview.png")
 
-        # select a rollout: the Rollout view, then the picker, typing to filter its options
-        main.get_by_text("Rollout", exact=True).click()
+        # a row of the table opens its rollout (sorted by reward: the best one is the first row)
+        rows = TrajectoryIndex(folder).refresh().rollouts
+        best = min(rows, key=lambda r: (-(r.reward if r.reward is not None else float("-inf")), r.key))
+        grid = main.locator('[data-testid="stDataFrame"]')
+        grid.scroll_into_view_if_needed()
+        box = grid.bounding_box()
+        page.mouse.click(box["x"] + 18, box["y"] + 52)  # the first row's selection box, under the header
+        main.get_by_text("Jump to step").wait_for()  # the Rollout view opened ...
+        _settled(page)
+        assert main.locator('[data-testid="stCaptionContainer"]').filter(has_text=best.key).is_visible()  # ... on it
+
+        # select a rollout with the picker, typing to filter its options
         _choose(page, "Rollout", "handmade", "handmade · scripted-improver")
         main.get_by_text("handmade · scripted-improver", exact=True).wait_for()
         main.get_by_text("Step 1 of 4: ls -la").wait_for()
