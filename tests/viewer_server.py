@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -53,7 +54,7 @@ def viewer_server(
         ]  # fmt: skip
     else:
         raise ValueError(f"via must be 'air view' or 'streamlit run', not {via!r}")
-    log = (Path(os.environ.get("TMPDIR", "/tmp")) / f"air-viewer-{port}.log").open("w+")
+    log = tempfile.TemporaryFile("a+")  # appends: our reads move the shared offset, its writes still go to the end
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO)
     try:
         url = f"http://127.0.0.1:{port}"
