@@ -170,6 +170,11 @@ def evaluation_points(record: TrajectoryRecord) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["turn", "kind", "status", "score"])
 
 
+def format_score(value: float | None) -> str:
+    """Scores and rewards as the viewer prints them: four decimals, "n/a" when missing or NaN."""
+    return "n/a" if value is None or pd.isna(value) else f"{value:.4f}"
+
+
 def rollout_labels(frame: pd.DataFrame) -> dict[str, str]:
     """How rollouts are named in pickers: task · agent · step · reward · id, by key."""
     step = frame["step"].map(lambda v: "" if pd.isna(v) else f" · step {v}")

@@ -77,6 +77,11 @@ class Problem:
     error: str
 
 
+def agent_of(record: TrajectoryRecord) -> str:
+    """Who played: the scripted policy's name when one did, else the model's."""
+    return record.policy or record.model or "unknown"
+
+
 def summarise(record: TrajectoryRecord, path: Path, root: Path) -> RolloutSummary:
     counts = summary_metrics(record)
     return RolloutSummary(
@@ -85,7 +90,7 @@ def summarise(record: TrajectoryRecord, path: Path, root: Path) -> RolloutSummar
         source=record.source,
         id=record.id,
         task=record.task,
-        agent=record.policy or record.model or "unknown",
+        agent=agent_of(record),
         model=record.model,
         step=record.step,
         group_id=record.group_id,

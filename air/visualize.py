@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> None:
             st.session_state["rollout"] = linked
     filters, sort_by, reverse = _sidebar_filters(frame, index)
     shown = stats.apply_filters(frame, filters)
-    shown = stats.sort_rollouts(shown, sort_by, None if not reverse else not stats.SORTS[sort_by][1])
+    shown = stats.sort_rollouts(shown, sort_by, descending=stats.SORTS[sort_by][1] != reverse)
 
     st.title("air viewer")
     st.caption(f"{directory} · {len(frame):,} rollouts · {len(index.problems):,} unreadable")

@@ -60,7 +60,7 @@ def _headline(frame: pd.DataFrame, shown: pd.DataFrame, problems: int) -> None:
     columns[1].metric("tasks", shown["task"].nunique())
     steps = shown["step"].dropna()
     columns[2].metric("training steps", f"{steps.min()}-{steps.max()}" if len(steps) else "none")
-    columns[3].metric("mean reward", _fmt(shown["reward"].mean()))
+    columns[3].metric("mean reward", stats.format_score(shown["reward"].mean()))
     columns[4].metric("beat the baseline", f"{(scored > 0).mean():.0%}" if len(scored) else "n/a")
     columns[5].metric("unreadable files", problems)
 
@@ -94,7 +94,3 @@ def _charts(shown: pd.DataFrame) -> None:
     else:
         title = "Zero-advantage groups (all rewards equal)"
         right.altair_chart(charts.per_x_chart(zero, "step", "share", title, "share of groups", True), width="stretch")
-
-
-def _fmt(value: float) -> str:
-    return "n/a" if pd.isna(value) else f"{value:.4f}"

@@ -10,6 +10,7 @@ from air import rollout_stats as stats
 from air import visualize_charts as charts
 from air.actions import split_think
 from air.trajectories import TrajectoryRecord, Turn, TurnEvaluation
+from air.trajectory_index import agent_of
 
 
 def render_rollout(record: TrajectoryRecord, key: str) -> None:
@@ -24,7 +25,7 @@ def render_rollout(record: TrajectoryRecord, key: str) -> None:
     count = len(record.turns)
     if st.session_state.get("turn_of") != key:  # a newly opened rollout starts at its first step
         st.session_state["turn_of"], st.session_state["turn"] = key, 1
-    st.session_state["turn"] = min(max(1, st.session_state.get("turn", 1)), count)
+    _set_turn(st.session_state.get("turn", 1), count)
     show_all = st.toggle("Show all steps", key="show_all_steps")
     if show_all:
         for turn in record.turns:
@@ -57,13 +58,16 @@ def escape_markdown(text: str) -> str:
     return _MARKDOWN_SPECIAL.sub(r"\\\1", text)
 
 
+def _set_turn(turn: int, count: int) -> None:
+    st.session_state["turn"] = min(max(1, turn), count)
+
+
 def _move(delta: int, count: int) -> None:
-    st.session_state["turn"] = min(max(1, st.session_state.get("turn", 1) + delta), count)
+    _set_turn(st.session_state.get("turn", 1) + delta, count)
 
 
 def _header(record: TrajectoryRecord, key: str, compact: bool = False) -> None:
-    agent = record.policy or record.model or "unknown"
-    st.subheader(escape_markdown(f"{record.task} · {agent}"), anchor=False)
+    st.subheader(escape_markdown(f"{record.task} · {agent_of(record)}"), anchor=False)
     where = [f"step {record.step}"] if record.step is not None else []
     where += [f"group {record.group_id}"] if record.group_id else []
     st.caption(escape_markdown(" · ".join([*where, f"exit: {record.exit_status}", f"source: {record.source}", key])))
@@ -73,14 +77,14 @@ def _header(record: TrajectoryRecord, key: str, compact: bool = False) -> None:
     if final is not None and baseline is not None:
         delta = f"{(final - baseline):+.4f} vs baseline"
     columns = st.columns(3 if compact else 5)
-    columns[0].metric("reward", _fmt(record.reward))
+    columns[0].metric("reward", stats.format_score(record.reward))
     columns[1].metric(
         f"final {record.baseline.metric or 'score'}",
-        _fmt(final),
+        stats.format_score(final),
         delta=delta,
         delta_color="normal" if record.baseline.higher_is_better else "inverse",
     )
-    columns[2].metric("baseline", _fmt(baseline))
+    columns[2].metric("baseline", stats.format_score(baseline))
     if not compact:
         columns[3].metric("steps", len(record.turns))
         columns[4].metric("duration", "n/a" if record.duration_s is None else f"{record.duration_s:.1f} s")
@@ -153,7 +157,3 @@ def _evaluation_line(evaluation: TurnEvaluation) -> str:
     if evaluation.status == "ok" and evaluation.score is not None:
         return f"{evaluation.kind}: score {evaluation.score:.4f}"
     return f"{evaluation.kind}: {evaluation.status}" + (f" ({evaluation.error})" if evaluation.error else "")
-
-
-def _fmt(value: float | None) -> str:
-    return "n/a" if value is None or value != value else f"{value:.4f}"

@@ -30,8 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from playwright.sync_api import sync_playwright  # noqa: E402
 
-from air.trajectories import write_trajectory  # noqa: E402
-from tests.synthetic_runs import TASKS, synthetic_record  # noqa: E402
+from tests.synthetic_runs import write_synthetic_run  # noqa: E402
 from tests.viewer_server import chromium_path, viewer_server  # noqa: E402
 
 # Usable: the headline, the table's grid and every chart drawn, nothing left over from a previous run.
@@ -52,21 +51,9 @@ CASES = [
 
 
 def generate(directory: Path, rollouts: int, pad: int) -> float:
-    """The same layout as tests/synthetic_runs.write_synthetic_run, with optional longer outputs."""
-    import random
-
-    rng = random.Random(0)
-    tasks, group_size = list(TASKS), 8
-    steps = max(1, -(-rollouts // (group_size * len(tasks))))
-    size = 0
-    for n in range(rollouts):
-        group_index, member = divmod(n, group_size)
-        step, group = divmod(group_index, len(tasks))
-        record = synthetic_record(rng, task=tasks[group], step=step, group=group, member=member, steps=steps)
-        for turn in record.turns:
-            turn.output += ("x" * 79 + "\n") * (pad // 80)
-        size += write_trajectory(record, directory).stat().st_size
-    return size / rollouts
+    """The synthetic run of the tests (seed 0); returns the mean file size in bytes."""
+    paths = write_synthetic_run(directory, rollouts, pad_output=pad)
+    return sum(path.stat().st_size for path in paths) / rollouts
 
 
 def open_page(page, url: str, charts: int) -> float:

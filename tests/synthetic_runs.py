@@ -105,8 +105,11 @@ def synthetic_record(
     )
 
 
-def write_synthetic_run(directory: Path, rollouts: int, *, seed: int = 0, group_size: int = 8) -> list[Path]:
-    """``rollouts`` records in ``directory/<task>/``: groups of ``group_size`` per task and step."""
+def write_synthetic_run(
+    directory: Path, rollouts: int, *, seed: int = 0, group_size: int = 8, pad_output: int = 0
+) -> list[Path]:
+    """``rollouts`` records in ``directory/<task>/``: groups of ``group_size`` per task and step.
+    ``pad_output`` adds about that many characters to every command output (real ones are longer)."""
     rng = random.Random(seed)
     tasks = list(TASKS)
     groups_per_step = len(tasks)
@@ -116,6 +119,8 @@ def write_synthetic_run(directory: Path, rollouts: int, *, seed: int = 0, group_
         group_index, member = divmod(n, group_size)
         step, group = divmod(group_index, groups_per_step)
         record = synthetic_record(rng, task=tasks[group], step=step, group=group, member=member, steps=steps)
+        for turn in record.turns:
+            turn.output += ("x" * 79 + "\n") * (pad_output // 80)
         paths.append(write_trajectory(record, directory))
     return paths
 
