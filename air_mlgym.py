@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from air.env_settings import parse_env_settings
-from air.mlgym_env import MLGymEnv
+from air.env.mlgym_env import MLGymEnv
+from air.env.settings import parse_env_settings
 
 
 def load_environment(**kwargs: Any) -> MLGymEnv:

@@ -1,7 +1,7 @@
 """``dial``: a tiny multi-turn game with the MLGym env's contract and no Docker.
 
 It exercises the same plumbing as the real env (prime-rl / verifiers rollouts, one command per
-reply parsed by ``air.actions``, rewards from ``air.rewards``, a final evaluation, metrics) in
+reply parsed by ``air.env.actions``, rewards from ``air.env.rewards``, a final evaluation, metrics) in
 milliseconds, for checking a training set-up and for tests.
 
 The game: a dial from 0 to 100 starts at 50 (the baseline). Each example hides an integer target
@@ -11,7 +11,7 @@ whether the target is higher or lower, ``submit`` scores it and ends the episode
 is an unknown command (an observation, not a format error); a reply without exactly one command
 is a format error.
 
-Rewards follow ``air.rewards``: each evaluation is a step reward; when the rollout ends with a dial
+Rewards follow ``air.env.rewards``: each evaluation is a step reward; when the rollout ends with a dial
 that was never evaluated, it is evaluated once more ("final"), so an agent that never validates
 still earns its score. When ``max_turns`` ends the rollout, verifiers never calls ``env_response``
 on the last reply; a cleanup hook runs that last command, and its observation lands in
@@ -33,8 +33,8 @@ from typing import Any
 import verifiers as vf
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from air.actions import REPLY_FORMAT, format_error_observation, message_text, parse_action
-from air.rewards import RewardSettings, RewardTracker
+from air.env.actions import REPLY_FORMAT, format_error_observation, message_text, parse_action
+from air.env.rewards import RewardSettings, RewardTracker
 
 logger = logging.getLogger(__name__)
 

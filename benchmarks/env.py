@@ -27,9 +27,9 @@ from openai import AsyncOpenAI
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import air_mlgym  # noqa: E402
-from air.mlgym_env import STATE_KEY  # noqa: E402
-from air.policies import make_policy  # noqa: E402
-from air.policy_server import PolicyServer  # noqa: E402
+from air.agents.policies import make_policy  # noqa: E402
+from air.agents.server import PolicyServer  # noqa: E402
+from air.env.mlgym_env import STATE_KEY  # noqa: E402
 
 
 async def turn_overhead(turns: int, out: Path) -> list[float]:

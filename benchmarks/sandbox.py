@@ -14,8 +14,9 @@ import statistics
 import sys
 import time
 
-from air.pool import SandboxPool
-from air.sandbox import Sandbox, SandboxConfig
+from air.sandbox.config import SandboxConfig
+from air.sandbox.container import Sandbox
+from air.sandbox.pool import SandboxPool
 
 
 def _pct(values: list[float], q: float) -> float:

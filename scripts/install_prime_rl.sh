@@ -13,8 +13,8 @@ set -euo pipefail
 
 AIR_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export PATH="$PATH:$HOME/.local/bin"
-# One source of truth for the pin: air/rl_config.py.
-PINNED=$(sed -n 's/^PRIME_RL_COMMIT = "\([0-9a-f]*\)"$/\1/p' "$AIR_DIR/air/rl_config.py")
+# One source of truth for the pin: air/training/config_files.py.
+PINNED=$(sed -n 's/^PRIME_RL_COMMIT = "\([0-9a-f]*\)"$/\1/p' "$AIR_DIR/air/training/config_files.py")
 COMMIT=${PRIME_RL_COMMIT:-$PINNED}
 REPO=${PRIME_RL_REPO:-https://github.com/PrimeIntellect-ai/prime-rl.git}
 DIR=${1:-${PRIME_RL_DIR:-$HOME/prime-rl}}
@@ -23,7 +23,7 @@ DIR=$(mkdir -p "$(dirname "$DIR")" && cd "$(dirname "$DIR")" && pwd)/$(basename 
 say() { printf '==> %s\n' "$*"; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
-[[ -n "$COMMIT" ]] || die "could not read PRIME_RL_COMMIT from $AIR_DIR/air/rl_config.py"
+[[ -n "$COMMIT" ]] || die "could not read PRIME_RL_COMMIT from $AIR_DIR/air/training/config_files.py"
 command -v git >/dev/null || die "git is missing: sudo apt-get install -y git"
 if ! command -v uv >/dev/null; then
     say "installing uv"

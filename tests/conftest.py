@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from air.sandbox import SandboxConfig
+from air.sandbox.config import SandboxConfig
 
 
 def _docker_problem() -> tuple[str | None, str]:
@@ -44,7 +44,7 @@ def sandbox_config(docker_image: str) -> SandboxConfig:
 
 @pytest.fixture
 async def sandbox(sandbox_config: SandboxConfig):
-    from air.sandbox import Sandbox
+    from air.sandbox.container import Sandbox
 
     sb = await Sandbox.create(sandbox_config)
     try:

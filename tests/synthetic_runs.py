@@ -11,7 +11,7 @@ import random
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from air.trajectories import BaselineInfo, TrajectoryRecord, Turn, TurnEvaluation, write_trajectory
+from air.env.trajectories import BaselineInfo, TrajectoryRecord, Turn, TurnEvaluation, write_trajectory
 
 # name -> (metric, baseline, higher_is_better, best reachable score)
 TASKS: dict[str, tuple[str, float, bool, float]] = {
@@ -180,7 +180,7 @@ BROKEN_RUN = "acme-7b__titanic__plain__t-0.00__p-1.00__c-1.00__install-0_run_0"
 
 def write_mixed_folder(root: Path) -> Path:
     """Synthetic run + a nested hand-made record + an MLGym run + four unreadable entries."""
-    from tests.test_trajectories import write_mlgym_run  # MLGym's run-folder layout, written from scratch
+    from tests.env.test_trajectories import write_mlgym_run  # MLGym's run-folder layout, written from scratch
 
     write_synthetic_run(root / "train", MIXED_ROLLOUTS, seed=3)
     write_trajectory(handmade_record(), root / "deep" / "er" / "still")

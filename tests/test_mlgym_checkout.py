@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from air.sandbox import Sandbox
-from air.tasks import TaskError, TaskWorkspace, list_tasks, load_task
+from air.sandbox.container import Sandbox
+from air.tasks.config import TaskError
+from air.tasks.loader import list_tasks, load_task
+from air.tasks.workspace import TaskWorkspace
 
 ROOT = os.environ.get("MLGYM_ROOT", "")
 pytestmark = pytest.mark.skipif(
@@ -61,7 +63,7 @@ async def test_titanic_answers_hidden_and_evaluated(sandbox: Sandbox) -> None:
 @pytest.mark.timeout(300)
 async def test_a_rollout_with_mlgyms_own_commands(tmp_path: Path, docker_image: str) -> None:
     """MLGym's commands installed from the checkout: open, a guarded multi-line edit, validate, submit."""
-    from air.policies import ScriptPolicy
+    from air.agents.policies import ScriptPolicy
     from tests.test_mlgym_env import make_env, run_group, trajectories
 
     env = make_env(tmp_path, docker_image, task_root=ROOT, task_configs=["battleOfSexes"], max_turns=6)
@@ -82,8 +84,8 @@ async def test_a_rollout_with_mlgyms_own_commands(tmp_path: Path, docker_image: 
 def test_the_viewer_reads_every_published_mlgym_run() -> None:
     """MLGym's 676 published runs (13 models x 13 tasks x 4 seeds): every one indexed, none unreadable,
     each with its model, task and (when it has turns) the commands of its .traj."""
-    from air.rollout_stats import improvement_by_task, index_frame
-    from air.trajectory_index import TrajectoryIndex
+    from air.viewer.index import TrajectoryIndex
+    from air.viewer.stats import improvement_by_task, index_frame
 
     folder = Path(ROOT) / "trajectories"
     if not folder.is_dir():

@@ -12,7 +12,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionMessage
 from openai.types.chat.chat_completion import Choice
 
 import simple_env
-from air.actions import REPLY_FORMAT
+from air.env.actions import REPLY_FORMAT
 from simple_env import dial_target, load_environment
 
 Policy = Callable[[list[str]], str]  # the observations so far -> the next reply

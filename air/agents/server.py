@@ -1,0 +1,363 @@
+"""A scripted policy behind a real OpenAI-compatible HTTP server.
+
+Tests and the no-GPU standalone mode need "a model" that the environment reaches exactly as it
+reaches vLLM: through ``openai.AsyncOpenAI`` over HTTP. This module serves a policy from
+:mod:`air.agents.policies` on ``/v1/chat/completions`` (plain and streamed), ``/v1/models`` and
+``/health``, with starlette on uvicorn in a background thread (:class:`PolicyServer`), or in the
+foreground from the ``air policy-server`` command (:func:`serve_forever`, wired in ``air.cli.runs``).
+
+Unknown request fields (temperature, max_tokens, logprobs, extra_body, ...) are ignored; any
+model name is accepted and echoed back. A malformed request gets HTTP 400 with an OpenAI-style
+error body. Randomness: one ``random.Random(seed)`` for the server, from which each request
+draws its own generator; a request's ``seed`` field instead makes that reply a pure function of
+the seed and the conversation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import socket
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from air.agents.policies import Policy, make_policy
+
+STARTUP_TIMEOUT_S = 30.0
+
+
+class PolicyServerError(RuntimeError):
+    """The server could not start (address in use, startup failure)."""
+
+
+# --------------------------------------------------------------------------- request shape
+
+
+class ContentPart(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # image/audio parts carry more keys; only text matters here
+
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # name, tool_calls, ... are legal and irrelevant
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        if isinstance(self.content, list):
+            text = "".join(part.text or "" for part in self.content)
+        else:
+            text = self.content or ""
+        return {"role": self.role, "content": text}
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    include_usage: bool = False
+
+
+class ChatRequest(BaseModel):
+    # extra="ignore": clients send sampling knobs a scripted policy has no use for.
+    model_config = ConfigDict(extra="ignore")
+
+    model: str
+    messages: list[ChatMessage] = Field(min_length=1)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    seed: int | None = None
+    n: int = Field(default=1, ge=1, le=16)
+
+
+# --------------------------------------------------------------------------- responses
+
+
+def policy_name(policy: Policy) -> str:
+    return getattr(policy, "name", None) or type(policy).__name__
+
+
+def rough_tokens(text: str) -> int:
+    return max(1, len(text) // 4) if text else 0  # ~4 characters per token: enough for usage accounting
+
+
+def error_body(message: str, kind: str = "invalid_request_error", param: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "param": param, "code": None}}
+
+
+def describe_validation_error(exc: ValidationError) -> tuple[str, str | None]:
+    problems = []
+    for error in exc.errors()[:5]:
+        where = ".".join(str(part) for part in error["loc"]) or "body"
+        problems.append(f"{where}: {error['msg']}")
+    first = exc.errors()[0]["loc"] if exc.errors() else ()
+    return "Invalid request: " + "; ".join(problems), ".".join(str(p) for p in first) or None
+
+
+class PolicyApp:
+    """The ASGI application: routes, request validation and the OpenAI response shapes."""
+
+    def __init__(self, policy: Policy, model_name: str, seed: int) -> None:
+        self.policy = policy
+        self.policy_name = policy_name(policy)
+        self.model_name = model_name
+        self.seed = seed
+        self._rng = random.Random(seed)
+        self._rng_lock = threading.Lock()  # requests of one server may come from several threads' clients
+        self.requests_served = 0
+        self.app = self._build()
+
+    def request_rng(self, request: ChatRequest, messages: list[dict[str, Any]], choice: int = 0) -> random.Random:
+        if request.seed is not None:
+            # Same seed and conversation -> same reply, while each turn of an episode still differs.
+            key = json.dumps([request.seed, choice, messages], sort_keys=True)
+            digest = hashlib.sha256(key.encode()).digest()
+            return random.Random(digest)
+        with self._rng_lock:
+            return random.Random(self._rng.getrandbits(64))
+
+    def _build(self):
+        from starlette.applications import Starlette
+        from starlette.exceptions import HTTPException
+        from starlette.requests import Request
+        from starlette.responses import JSONResponse, StreamingResponse
+        from starlette.routing import Route
+
+        async def health(_: Request) -> JSONResponse:
+            return JSONResponse({"status": "ok", "model": self.model_name, "policy": self.policy_name})
+
+        async def models(_: Request) -> JSONResponse:
+            entry = {"id": self.model_name, "object": "model", "created": 0, "owned_by": "air-agent"}
+            return JSONResponse({"object": "list", "data": [entry]})
+
+        async def chat_completions(request: Request):
+            try:
+                body = ChatRequest.model_validate_json(await request.body())
+            except ValidationError as exc:
+                message, param = describe_validation_error(exc)
+                return JSONResponse(error_body(message, param=param), status_code=400)
+            messages = [m.as_dict() for m in body.messages]
+            try:
+                replies = [self.policy.respond(messages, self.request_rng(body, messages, i)) for i in range(body.n)]
+            except Exception as exc:  # a policy bug must answer as a server error, not kill the connection
+                message = f"policy {self.policy_name!r} failed: {type(exc).__name__}: {exc}"
+                return JSONResponse(error_body(message, kind="server_error"), status_code=500)
+            self.requests_served += 1
+            completion_id = f"chatcmpl-{uuid.uuid4().hex}"
+            created = int(time.time())
+            usage = {
+                "prompt_tokens": sum(rough_tokens(m["content"]) + 4 for m in messages),
+                "completion_tokens": sum(rough_tokens(r) for r in replies),
+            }
+            usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+            if body.stream:
+                include_usage = bool(body.stream_options and body.stream_options.include_usage)
+                chunks = self._stream(completion_id, created, body.model, replies, usage if include_usage else None)
+                return StreamingResponse(chunks, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+            choices = [
+                {
+                    "index": i,
+                    "message": {"role": "assistant", "content": reply},
+                    "logprobs": None,
+                    "finish_reason": "stop",
+                }
+                for i, reply in enumerate(replies)
+            ]
+            return JSONResponse(
+                {
+                    "id": completion_id,
+                    "object": "chat.completion",
+                    "created": created,
+                    "model": body.model,
+                    "choices": choices,
+                    "usage": usage,
+                }
+            )
+
+        async def http_error(_: Request, exc: Exception) -> JSONResponse:
+            assert isinstance(exc, HTTPException)
+            kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+            return JSONResponse(error_body(str(exc.detail), kind=kind), status_code=exc.status_code)
+
+        routes = [
+            Route("/health", health, methods=["GET"]),
+            Route("/v1/models", models, methods=["GET"]),
+            Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        ]
+        return Starlette(routes=routes, exception_handlers={HTTPException: http_error})
+
+    async def _stream(
+        self, completion_id: str, created: int, model: str, replies: list[str], usage: dict[str, int] | None
+    ) -> AsyncIterator[str]:
+        def chunk(index: int, delta: dict[str, Any], finish_reason: str | None) -> str:
+            data = {
+                "id": completion_id,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+            }
+            return f"data: {json.dumps(data)}\n\n"
+
+        for index, reply in enumerate(replies):
+            yield chunk(index, {"role": "assistant", "content": ""}, None)
+            for piece in reply.splitlines(keepends=True):  # line by line, like tokens arriving
+                yield chunk(index, {"content": piece}, None)
+            yield chunk(index, {}, "stop")
+        if usage is not None:
+            data = {
+                "id": completion_id,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "choices": [],
+                "usage": usage,
+            }
+            yield f"data: {json.dumps(data)}\n\n"
+        yield "data: [DONE]\n\n"
+
+
+# --------------------------------------------------------------------------- server in a thread
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to host:port, created with proto=IPPROTO_TCP.
+
+    asyncio turns on TCP_NODELAY only for connections of sockets whose proto says TCP
+    (``socket.create_server`` leaves it 0). Without it, a response's header and body writes meet
+    Nagle's algorithm and the client's delayed ACK: every keep-alive request took ~40 ms.
+    """
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP, flags=socket.AI_PASSIVE
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+class PolicyServer:
+    """Serves a policy on ``http://host:port/v1`` from a background thread with its own event loop.
+
+    ``port=0`` picks a free port (read it back from :attr:`port` or :attr:`base_url` after
+    :meth:`start`). Use as a context manager, or call :meth:`start` / :meth:`stop`.
+    """
+
+    def __init__(
+        self,
+        policy: Policy | str,
+        model_name: str | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        seed: int = 0,
+        log_level: str = "warning",
+    ) -> None:
+        self.policy = make_policy(policy) if isinstance(policy, str) else policy
+        spec = policy if isinstance(policy, str) else policy_name(self.policy)
+        self.model_name = model_name or f"scripted-{spec}"
+        self.host = host
+        self.port = port
+        self.seed = seed
+        self.log_level = log_level
+        self.app = PolicyApp(self.policy, self.model_name, seed)
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+        self._socket: socket.socket | None = None
+
+    @property
+    def base_url(self) -> str:
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
+        host = f"[{host}]" if ":" in host else host
+        return f"http://{host}:{self.port}/v1"
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> PolicyServer:
+        """Listen, serve in a daemon thread, and return once requests are being answered."""
+        import uvicorn
+
+        if self.running:
+            return self
+        try:
+            # Bound here, not by uvicorn, so port 0 resolves before start() returns and errors surface here.
+            self._socket = listening_socket(self.host, self.port)
+        except OSError as exc:
+            raise PolicyServerError(f"cannot listen on {self.host}:{self.port}: {exc.strerror or exc}") from exc
+        self.port = self._socket.getsockname()[1]
+        config = uvicorn.Config(
+            self.app.app,
+            log_level=self.log_level,
+            log_config=None,  # leave the host program's logging configuration alone
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=5,
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._socket]}, name=f"policy-server:{self.port}", daemon=True
+        )
+        self._thread.start()
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                self.stop()
+                raise PolicyServerError(f"the policy server on {self.host}:{self.port} did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        if self._socket is not None:
+            self._socket.close()
+        self._server = self._thread = self._socket = None
+
+    def wait(self, poll_s: float = 0.5) -> None:
+        """Block while the server runs; Ctrl-C (KeyboardInterrupt) reaches the caller."""
+        while self._thread is not None and self._thread.is_alive():
+            self._thread.join(poll_s)
+
+    def __enter__(self) -> PolicyServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def serve_forever(spec: str, host: str = "127.0.0.1", port: int = 8008, seed: int = 0) -> int:
+    """Serve ``spec`` in the foreground until Ctrl-C; prints the base URL and how to use it."""
+    server = PolicyServer(spec, host=host, port=port, seed=seed, log_level="info").start()
+    url, model = server.base_url, server.model_name
+    print(f"Serving scripted policy {spec!r} as model {model!r} at {url}")
+    print("Point a client at it, e.g.:")
+    print(f"  OPENAI_API_KEY=scripted vf-eval air_mlgym --api-base-url {url} --model {model}")
+    print(f"  air standalone --base-url {url}")
+    print("Press Ctrl-C to stop.", flush=True)
+    try:
+        server.wait()
+    except KeyboardInterrupt:
+        print("Stopping.")
+        return 0
+    finally:
+        server.stop()
+    return 1  # the server thread ended on its own: something went wrong (logged by uvicorn)

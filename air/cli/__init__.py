@@ -1,0 +1,1 @@
+"""The air command line: one module per command group; main wires them."""

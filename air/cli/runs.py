@@ -1,0 +1,169 @@
+"""``air standalone``, ``air replay`` and ``air policy-server``: the env run on this machine, without prime-rl."""
+
+from __future__ import annotations
+
+import argparse
+
+from air.agents.policies import SPECS, PolicySpecError
+from air.agents.server import PolicyServerError, serve_forever
+from air.cli.errors import CommandError
+
+
+def register_policy_server(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "policy-server",
+        help="serve a scripted agent as an OpenAI-compatible model (tests and runs without GPUs)",
+        description=(
+            "Serve a scripted policy on an OpenAI-compatible /v1/chat/completions endpoint, so "
+            "vf-eval or `air standalone` can run episodes without model weights. Serves until Ctrl-C."
+        ),
+    )
+    parser.add_argument("--policy", default="baseline", help=f"policy spec: {', '.join(SPECS)} (default: baseline)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8008, help="port to listen on; 0 picks a free one (default: 8008)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the server's random generator (default: 0)")
+    parser.set_defaults(func=cmd_policy_server)
+
+
+def cmd_policy_server(args: argparse.Namespace) -> int:
+
+    try:
+        return serve_forever(args.policy, host=args.host, port=args.port, seed=args.seed)
+    except (PolicySpecError, PolicyServerError) as exc:
+        raise CommandError(str(exc)) from exc
+
+
+def register_standalone(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "standalone",
+        help="run GRPO-style steps of rollouts without prime-rl or a GPU (scripted agent or any endpoint)",
+    )
+    parser.add_argument("--task", action="append", dest="tasks", help="a task (repeatable; default: laneMerge)")
+    parser.add_argument("--task-root", help="an MLGym checkout (default: $MLGYM_ROOT, else built-in tasks)")
+    parser.add_argument("--env", default="air_mlgym", help="env id: air_mlgym, or simple_env (no Docker)")
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--batch-size", type=int, default=8, help="rollouts per step")
+    parser.add_argument("--rollouts-per-example", type=int, default=4, help="group size")
+    parser.add_argument("--max-turns", type=int, default=10)
+    parser.add_argument("--policy", default="noisy", help="scripted agent: baseline|improve|noisy|replay:PATH")
+    parser.add_argument("--base-url", help="OpenAI-compatible endpoint (.../v1); default: the scripted agent")
+    parser.add_argument("--model", help="model name at the endpoint")
+    parser.add_argument("--api-key-var", default="OPENAI_API_KEY", help="env var holding the endpoint's key")
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--max-tokens", type=int)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output-dir", help="where rollouts and summary.json go (default: outputs/standalone/<time>)")
+    parser.add_argument(
+        "--env-arg", action="append", default=[], metavar="KEY=JSON", help="extra env argument (repeatable)"
+    )
+    parser.add_argument(
+        "--wandb",
+        action="store_true",
+        help="also log steps and sample rollouts to Weights & Biases (pip install 'air-agent[wandb]')",
+    )
+    parser.add_argument("--wandb-project", help="W&B project (default: $WANDB_PROJECT, else air-agent)")
+    parser.add_argument("--wandb-name", help="W&B run name (default: $WANDB_NAME, else W&B's)")
+    parser.add_argument(
+        "--wandb-table-every",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also log the samples table every N steps (default: only at the end)",
+    )
+    parser.set_defaults(func=cmd_standalone)
+
+
+def cmd_standalone(args: argparse.Namespace) -> int:
+    import asyncio
+    import json
+
+    from pydantic import ValidationError
+    from rich.console import Console
+
+    from air.runs.standalone import StandaloneSettings, run_standalone
+    from air.runs.standalone_view import StandaloneProgress
+
+    env_args = {}
+    for item in args.env_arg:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise CommandError(f"--env-arg {item!r}: expected KEY=VALUE")
+        try:
+            env_args[key] = json.loads(value)
+        except json.JSONDecodeError:
+            env_args[key] = value
+    fields = dict(
+        tasks=args.tasks or ["laneMerge"],
+        task_root=args.task_root,
+        env=args.env,
+        env_args=env_args,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        rollouts_per_example=args.rollouts_per_example,
+        max_turns=args.max_turns,
+        policy=args.policy,
+        base_url=args.base_url,
+        model=args.model,
+        api_key_var=args.api_key_var,
+        temperature=args.temperature,
+        max_tokens=args.max_tokens,
+        seed=args.seed,
+        output_dir=args.output_dir,
+    )
+    try:
+        settings = StandaloneSettings(**fields)
+    except ValidationError as exc:
+        problems = [f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors()]
+        raise CommandError("; ".join(problems)) from None
+    loggers = []
+    if args.wandb:
+        from air.runs.wandb_logging import WandbStepLogger, WandbUnavailable
+
+        try:
+            loggers.append(
+                WandbStepLogger(project=args.wandb_project, name=args.wandb_name, table_every=args.wandb_table_every)
+            )
+        except WandbUnavailable as exc:
+            raise CommandError(str(exc)) from exc
+    console = Console()
+    view = StandaloneProgress(console, settings)
+    try:
+        with view:
+            summary = asyncio.run(
+                run_standalone(settings, on_step=view.step_done, on_rollout=view.rollout_done, loggers=loggers)
+            )
+    except (ValueError, RuntimeError) as exc:  # bad env args, unknown task, no Docker, bad policy spec
+        raise CommandError(str(exc)) from exc
+    view.print_summary(summary)
+    return 0 if summary["masked"] < summary["rollouts"] else 1
+
+
+def register_replay(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "replay", help="re-run a recorded trajectory (ours or an MLGym run) in a fresh container and compare scores"
+    )
+    parser.add_argument("path", help="a trajectory JSON file, an MLGym .traj file or an MLGym run folder")
+    parser.add_argument("--task-root", help="the task root it ran on (default: recorded, else $MLGYM_ROOT/built-in)")
+    parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    parser.add_argument("--save", metavar="DIR", help="keep the replay's own trajectory in DIR")
+    parser.add_argument("--tolerance", type=float, help="relative/absolute score tolerance (default: per task kind)")
+    parser.set_defaults(func=cmd_replay)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    import asyncio
+    import json
+
+    from air.runs.replay import ReplayError, render_comparison, replay_trajectory
+
+    try:
+        comparison = asyncio.run(
+            replay_trajectory(args.path, task_root=args.task_root, save_dir=args.save, tolerance=args.tolerance)
+        )
+    except ReplayError as exc:
+        raise CommandError(str(exc)) from exc
+    if args.json:
+        print(json.dumps(comparison, indent=2))
+    else:
+        render_comparison(comparison)
+    return 0 if comparison["reproduced"] else 1

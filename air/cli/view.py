@@ -1,0 +1,36 @@
+"""``air view DIR``: the trajectory viewer (the server and its warm-up are ``air.viewer.launch``)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import threading
+from pathlib import Path
+
+from air.cli.errors import CommandError
+from air.viewer.launch import INSTALL_HINT, serve, warm_up
+
+
+def register_view(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "view",
+        help="open the trajectory viewer on a folder of rollouts (ours or MLGym runs)",
+        description="Serve the Streamlit trajectory viewer for DIR (our trajectory JSON at any depth, "
+        "MLGym run folders). Prints the URL; on a remote node, forward the port (ssh -L 8501:localhost:8501).",
+    )
+    parser.add_argument("directory", help="folder of trajectories, e.g. runs/standalone/trajectories")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
+    parser.add_argument("--port", type=int, help="port (default: 8501, or the next free one)")
+    parser.add_argument("--browser", action="store_true", help="also open a browser on this machine")
+    parser.set_defaults(func=cmd_view)
+
+
+def cmd_view(args: argparse.Namespace) -> int:
+    if importlib.util.find_spec("streamlit") is None:
+        raise CommandError(f"the viewer needs Streamlit, which this environment lacks: {INSTALL_HINT}")
+    directory = Path(args.directory).expanduser()
+    if not directory.is_dir():
+        raise CommandError(f"{directory}: no such folder (give the folder holding the trajectories)")
+    directory = directory.resolve()
+    threading.Thread(target=warm_up, args=(directory,), name="air-view-warm-up", daemon=True).start()
+    return serve(directory, host=args.host, port=args.port, browser=args.browser)

@@ -1,0 +1,64 @@
+"""One rollout's own state while the env runs it (sandbox, workspace, rewards, turns), and how it ended."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from air.env.actions import message_text
+from air.env.rewards import RewardTracker
+from air.env.trajectories import Turn, TurnEvaluation
+from air.sandbox.container import Sandbox
+from air.tasks.loader import Task
+from air.tasks.workspace import TaskWorkspace
+
+
+@dataclass
+class Rollout:
+    """What the env keeps about one rollout while it runs."""
+
+    task: Task
+    sandbox: Sandbox | None
+    workspace: TaskWorkspace | None
+    tracker: RewardTracker
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    turns: list[Turn] = field(default_factory=list)
+    handled: int = 0  # model replies acted upon
+    format_errors: int = 0
+    consecutive_format_errors: int = 0
+    timeouts: int = 0
+    validates: int = 0
+    dirty: bool = True  # the workspace may have changed since its last evaluation
+    submitted: bool = False
+    exit_status: str | None = None
+    final_evaluation: TurnEvaluation | None = None
+    finished: bool = False
+
+
+def _exit_status(rollout: Rollout, state: Mapping[str, Any], cancelled: bool) -> str:
+    if cancelled:
+        return "cancelled"
+    if state.get("error") is not None:
+        return "error"
+    if rollout.exit_status:
+        return rollout.exit_status
+    stop = state.get("stop_condition") or ""
+    return {"max_turns_reached": "max_turns", "prompt_too_long": "prompt_too_long"}.get(stop, stop or "unknown")
+
+
+def _content_of_completion(completion: Any) -> str:
+    if isinstance(completion, list) and completion:
+        return message_text(completion[-1])
+    return str(completion or "")
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    return repr(value)

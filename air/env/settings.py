@@ -1,0 +1,116 @@
+"""The arguments of ``air_mlgym.load_environment``: one typed model, checked when prime-rl loads
+the env, so a typo in a TOML's ``[[orchestrator.env]] args`` fails before any GPU is touched."""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from air.env.rewards import RewardSettings
+from air.sandbox.config import parse_env_gpu
+
+
+class EnvSettingsError(ValueError):
+    """Invalid environment arguments; the message names every key at fault."""
+
+
+class MLGymEnvSettings(BaseModel):
+    """Arguments of ``load_environment`` (the ``args`` table of an ``[[orchestrator.env]]`` entry)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task_configs: list[str] | None = Field(
+        default=None,
+        description="Tasks by config file name or id (['titanic.yaml'] or ['titanic']); "
+        "default: every task of the built-in root (required for other roots).",
+    )
+    task_root: str | None = Field(
+        default=None, description="MLGym checkout or folder in its layout; default $MLGYM_ROOT, else built-in tasks."
+    )
+    num_examples_per_task: int = Field(default=1, ge=1, description="Dataset rows per task.")
+    max_turns: int = Field(default=20, ge=1, description="Model replies per rollout.")
+    env_gpu: str | None = Field(default=None, description="GPUs for the task containers: '7' or '6,7'.")
+    image: str | None = Field(default=None, description="Sandbox image; default $AIR_IMAGE, else the recipe's tag.")
+    network: bool = Field(default=False, description="Give task containers a network.")
+    save_trajectories: bool = Field(default=True, description="Write one JSON file per rollout.")
+    trajectory_dir: str = Field(
+        default="outputs/trajectories",
+        description="Where trajectories go; a relative path is resolved once, at load, against the cwd.",
+    )
+    command_timeout: float = Field(default=60.0, gt=0, description="Seconds per command.")
+    long_command_timeout: float | None = Field(
+        default=None,
+        gt=0,
+        description="Seconds for commands that run python/torchrun/accelerate/deepspeed; "
+        "default: the task's training_timeout.",
+    )
+    observation_max_chars: int = Field(
+        default=6000, ge=200, description="Longest observation shown to the model (head and tail kept)."
+    )
+    max_consecutive_format_errors: int = Field(
+        default=3, ge=0, description="End the rollout after this many malformed replies in a row (0: never)."
+    )
+    seed: int = Field(default=0, description="Seed for the dataset order.")
+    pool_size: int = Field(default=4, ge=0, description="Warm containers kept ready per env process.")
+    container_cpus: float = Field(default=2.0, gt=0, description="CPU limit per task container.")
+    container_memory: str = Field(default="4g", description="Memory limit per task container (docker syntax).")
+    run_id: str = Field(default="air", description="Label on the containers of this run (for `air clean`).")
+    reward: RewardSettings = Field(default_factory=RewardSettings, description="How scores become reward.")
+
+    @field_validator("task_configs", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @field_validator("env_gpu", mode="before")
+    @classmethod
+    def _gpu(cls, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = str(value)
+        parse_env_gpu(value)
+        return value
+
+    def trajectory_path(self) -> Path:
+        return Path(self.trajectory_dir).expanduser().resolve()
+
+
+def parse_env_settings(kwargs: dict[str, Any]) -> MLGymEnvSettings:
+    """Validate ``load_environment``'s keyword arguments, naming each bad key (and a likely fix)."""
+    try:
+        return MLGymEnvSettings.model_validate(kwargs)
+    except ValidationError as exc:
+        problems = [f"{key}: {message}" for key, message in _problems(exc)]
+        raise EnvSettingsError("air_mlgym: invalid environment arguments: " + "; ".join(problems)) from None
+
+
+def env_settings_problems(kwargs: dict[str, Any]) -> list[tuple[str, str]]:
+    """(key, message) for every argument ``load_environment`` would reject; empty when all are fine."""
+    try:
+        MLGymEnvSettings.model_validate(kwargs)
+    except ValidationError as exc:
+        return _problems(exc)
+    return []
+
+
+def _problems(exc: ValidationError) -> list[tuple[str, str]]:
+    problems = []
+    for err in exc.errors():
+        key = ".".join(str(p) for p in err["loc"]) or "(arguments)"
+        if err["type"] == "extra_forbidden":
+            known = list(_known_keys(err["loc"]))
+            guess = difflib.get_close_matches(str(err["loc"][-1]), known, n=1)
+            hint = f" (did you mean {guess[0]!r}?)" if guess else f" (known: {', '.join(sorted(known))})"
+            problems.append((key, f"unknown argument{hint}"))
+        else:
+            problems.append((key, f"{err['msg']} (got {err.get('input')!r})"))
+    return problems
+
+
+def _known_keys(loc: tuple[Any, ...]) -> list[str]:
+    model: type[BaseModel] = MLGymEnvSettings
+    if len(loc) > 1 and loc[0] == "reward":
+        model = RewardSettings
+    return list(model.model_fields)

@@ -1,0 +1,227 @@
+"""Standalone mode: GRPO-style steps of rollouts without prime-rl or a GPU.
+
+Each step runs ``batch_size`` rollouts in groups of ``rollouts_per_example`` (one group per
+example, as prime-rl's orchestrator does) against any OpenAI-compatible endpoint, or against the
+scripted policy server started here when no endpoint is given. It computes what prime-rl's
+trainer would see: the advantage of each rollout is its reward minus its group's mean (no std
+normalisation, as at prime-rl c87c19b), and a group whose rewards are all equal has zero
+advantage and teaches nothing. Nothing is trained: this checks the loop end to end and measures it.
+
+Written to ``output_dir``: ``trajectories/`` (one JSON per rollout), ``steps.jsonl`` (one line per
+step) and ``summary.json``. Optional ``StepLogger``s (e.g. ``air.runs.wandb_logging``) see every step too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from openai import AsyncOpenAI
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from air.env.load import load_env
+from air.env.metrics import metric_value, task_name_of
+
+
+class StandaloneSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    tasks: list[str] = Field(default_factory=lambda: ["laneMerge"], description="Task config names or ids.")
+    task_root: str | None = Field(default=None, description="MLGym checkout; default $MLGYM_ROOT, else built-in.")
+    env: str = Field(default="air_mlgym", description="Env id: air_mlgym, or simple_env (no Docker).")
+    env_args: dict[str, Any] = Field(default_factory=dict, description="Extra load_environment arguments.")
+    steps: int = Field(default=10, ge=1)
+    batch_size: int = Field(default=8, ge=1, description="Rollouts per step.")
+    rollouts_per_example: int = Field(default=4, ge=1, description="Group size.")
+    max_turns: int = Field(default=10, ge=1)
+    policy: str = Field(default="noisy", description="Scripted agent when no --base-url is given.")
+    base_url: str | None = Field(default=None, description="OpenAI-compatible endpoint (…/v1).")
+    model: str | None = Field(default=None, description="Model name at the endpoint.")
+    api_key_var: str = Field(default="OPENAI_API_KEY", description="Env var holding the endpoint's key.")
+    temperature: float = 1.0
+    max_tokens: int | None = None
+    seed: int = 0
+    output_dir: str | None = None
+
+    @model_validator(mode="after")
+    def _groups_divide_batch(self) -> StandaloneSettings:
+        if self.batch_size % self.rollouts_per_example:
+            raise ValueError(
+                f"batch_size ({self.batch_size}) must be divisible by rollouts_per_example "
+                f"({self.rollouts_per_example}), as in prime-rl"
+            )
+        return self
+
+    def resolved_output_dir(self) -> Path:
+        if self.output_dir:
+            return Path(self.output_dir).expanduser().resolve()
+        stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+        return Path("outputs", "standalone", stamp).resolve()
+
+
+class StepLogger(Protocol):
+    """Sends a run somewhere else (an experiment tracker). It must not raise: the run's files come first."""
+
+    def start(self, settings: StandaloneSettings, output_dir: Path) -> None: ...
+
+    def log_step(self, stats: dict[str, Any], groups: list[list[dict[str, Any]]]) -> None: ...
+
+    def finish(self, summary: dict[str, Any] | None) -> None:
+        """``summary`` is None when the run failed."""
+
+
+def group_advantages(rewards: list[float]) -> list[float]:
+    """prime-rl c87c19b: advantage = reward - mean(rewards of the group)."""
+    if not rewards:
+        return []
+    mean = sum(rewards) / len(rewards)
+    return [r - mean for r in rewards]
+
+
+def step_statistics(step: int, groups: list[list[dict[str, Any]]], seconds: float) -> dict[str, Any]:
+    """What a trainer step would see, from the outputs of its groups (masked rollouts excluded)."""
+    rewards, advantages, validates, errors, zero_groups, scores = [], [], [], 0, 0, []
+    for outputs in groups:
+        kept = [o for o in outputs if not o.get("error")]
+        errors += len(outputs) - len(kept)
+        group_rewards = [float(o.get("reward") or 0.0) for o in kept]
+        group_adv = group_advantages(group_rewards)
+        if kept and all(abs(a) < 1e-9 for a in group_adv):
+            zero_groups += 1
+        rewards += group_rewards
+        advantages += group_adv
+        for o in kept:
+            metrics = o.get("metrics") or {}
+            validates.append(float(metrics.get("validates", 0.0)))
+            final = metric_value(metrics, "final_score", task_name_of(o))
+            if final is not None:
+                scores.append(float(final))
+    return {
+        "step": step,
+        "rollouts": sum(len(g) for g in groups),
+        "masked": errors,
+        "reward_mean": _mean(rewards),
+        "reward_std": statistics.pstdev(rewards) if len(rewards) > 1 else 0.0,
+        "reward_min": min(rewards) if rewards else math.nan,
+        "reward_max": max(rewards) if rewards else math.nan,
+        "advantage_abs_mean": _mean([abs(a) for a in advantages]),
+        "zero_advantage_groups": zero_groups / len(groups) if groups else math.nan,
+        "validates_per_rollout": _mean(validates),
+        "final_score_mean": _mean(scores),
+        "seconds": seconds,
+    }
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else math.nan
+
+
+async def run_standalone(
+    settings: StandaloneSettings,
+    on_step: Callable[[dict[str, Any]], None] | None = None,
+    on_rollout: Callable[[], None] | None = None,
+    loggers: Sequence[StepLogger] = (),
+) -> dict[str, Any]:
+    """Run the steps; returns the summary (also written to output_dir/summary.json)."""
+    out = settings.resolved_output_dir()
+    out.mkdir(parents=True, exist_ok=True)
+    env = _load_env(settings, out)
+    server = None
+    if settings.base_url is None:
+        from air.agents.policies import make_policy
+        from air.agents.server import PolicyServer
+
+        server = PolicyServer(make_policy(settings.policy), seed=settings.seed)
+        server.start()
+        base_url, model, api_key = server.base_url, server.model_name, "scripted"
+    else:
+        base_url = settings.base_url
+        model = settings.model or "default"
+        api_key = os.environ.get(settings.api_key_var, "EMPTY")
+    client = AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=600, max_retries=2)
+    sampling: dict[str, Any] = {"temperature": settings.temperature}
+    if settings.max_tokens:
+        sampling["max_tokens"] = settings.max_tokens
+    rows = env.get_dataset().to_list()
+    groups_per_step = settings.batch_size // settings.rollouts_per_example
+    policy_name = settings.policy if server is not None else None
+    steps: list[dict[str, Any]] = []
+    started = time.perf_counter()
+    cursor = 0
+    try:
+        for logger in loggers:
+            logger.start(settings, out)
+        with (out / "steps.jsonl").open("w") as log_file:
+            for step in range(settings.steps):
+                t0 = time.perf_counter()
+                group_inputs = []
+                for g in range(groups_per_step):
+                    row = rows[cursor % len(rows)]
+                    cursor += 1
+                    info = {**(row.get("info") or {}), "step": step, "group_id": f"{step}-{g}", "policy": policy_name}
+                    group_inputs.append([{**row, "info": info} for _ in range(settings.rollouts_per_example)])
+
+                async def one_group(inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+                    # trajectory_path: where air_mlgym saved the rollout, for loggers to point at.
+                    outputs = await env.run_group(inputs, client, model, sampling, state_columns=["trajectory_path"])
+                    if on_rollout:
+                        for _ in outputs:
+                            on_rollout()
+                    return [dict(o) for o in outputs]
+
+                groups = await asyncio.gather(*(one_group(inputs) for inputs in group_inputs))
+                stats = step_statistics(step, groups, time.perf_counter() - t0)
+                steps.append(stats)
+                log_file.write(json.dumps(stats) + "\n")
+                log_file.flush()
+                if on_step:
+                    on_step(stats)
+                for logger in loggers:
+                    logger.log_step(stats, groups)
+    except BaseException:
+        for logger in loggers:
+            logger.finish(None)
+        raise
+    finally:
+        await client.close()
+        if server is not None:
+            server.stop()
+    summary = {
+        "settings": settings.model_dump(mode="json"),
+        "output_dir": str(out),
+        "model": model,
+        "base_url": base_url if server is None else "scripted (in-process)",
+        "steps": steps,
+        "seconds": time.perf_counter() - started,
+        "reward_mean_first_step": steps[0]["reward_mean"] if steps else math.nan,
+        "reward_mean_last_step": steps[-1]["reward_mean"] if steps else math.nan,
+        "zero_advantage_groups_mean": _mean([s["zero_advantage_groups"] for s in steps]),
+        "rollouts": sum(s["rollouts"] for s in steps),
+        "masked": sum(s["masked"] for s in steps),
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=True) + "\n")
+    for logger in loggers:
+        logger.finish(summary)
+    return summary
+
+
+def _load_env(settings: StandaloneSettings, out: Path):  # -> vf.Environment (air.env.load)
+    args: dict[str, Any] = {"max_turns": settings.max_turns, "seed": settings.seed}
+    if settings.env == "air_mlgym":
+        args.update(
+            task_configs=settings.tasks,
+            save_trajectories=True,
+            trajectory_dir=str(out / "trajectories"),
+        )
+        if settings.task_root:
+            args["task_root"] = settings.task_root
+    args.update(settings.env_args)
+    return load_env(settings.env, **args)

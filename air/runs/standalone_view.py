@@ -1,0 +1,77 @@
+"""How ``air standalone`` looks on a terminal: a progress bar over rollouts, a line per step, and a
+closing table. Separate from ``air.runs.standalone`` so the loop stays free of presentation."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from air.runs.standalone import StandaloneSettings
+
+
+def _fmt(value: float, digits: int = 3) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
+
+
+class StandaloneProgress:
+    def __init__(self, console: Console, settings: StandaloneSettings) -> None:
+        self.console = console
+        self.settings = settings
+        self.progress = Progress(
+            TextColumn("[bold]rollouts"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.description}"),
+            console=console,
+        )
+        self.task_id = self.progress.add_task("", total=settings.steps * settings.batch_size)
+
+    def __enter__(self) -> StandaloneProgress:
+        s = self.settings
+        who = s.base_url or f"scripted policy {s.policy!r}"
+        self.console.print(
+            f"[bold]air standalone[/]: {s.steps} steps x {s.batch_size} rollouts "
+            f"(groups of {s.rollouts_per_example}) on {', '.join(s.tasks)} against {who}"
+        )
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+    def rollout_done(self) -> None:
+        self.progress.advance(self.task_id)
+
+    def step_done(self, stats: dict[str, Any]) -> None:
+        self.progress.update(self.task_id, description=f"step {stats['step'] + 1}/{self.settings.steps}")
+        self.progress.console.print(
+            f"step {stats['step'] + 1:>3}  reward {_fmt(stats['reward_mean'])} ± {_fmt(stats['reward_std'])}  "
+            f"zero-adv groups {_fmt(stats['zero_advantage_groups'], 2)}  "
+            f"validates/rollout {_fmt(stats['validates_per_rollout'], 1)}  "
+            f"masked {stats['masked']}  {stats['seconds']:.1f} s"
+        )
+
+    def print_summary(self, summary: dict[str, Any]) -> None:
+        table = Table(title="standalone run")
+        for column in ("step", "reward mean", "reward std", "zero-adv groups", "validates/rollout", "masked", "s"):
+            table.add_column(column, justify="right")
+        for s in summary["steps"]:
+            table.add_row(
+                str(s["step"] + 1),
+                _fmt(s["reward_mean"]),
+                _fmt(s["reward_std"]),
+                _fmt(s["zero_advantage_groups"], 2),
+                _fmt(s["validates_per_rollout"], 1),
+                str(s["masked"]),
+                f"{s['seconds']:.1f}",
+            )
+        self.console.print(table)
+        self.console.print(
+            f"{summary['rollouts']} rollouts in {summary['seconds']:.1f} s; "
+            f"outputs in {summary['output_dir']} (summary.json, steps.jsonl, trajectories/)"
+        )

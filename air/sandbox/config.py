@@ -1,0 +1,75 @@
+"""How sandbox containers are made (typed settings) and the labels that mark what we own."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import psutil
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+LABEL = "air.managed"
+LABEL_RUN = "air.run"
+LABEL_HOST = "air.owner.host"
+LABEL_PID = "air.owner.pid"
+LABEL_STARTED = "air.owner.started"
+
+WORKSPACE = "/home/agent/workspace"
+
+
+def parse_env_gpu(env_gpu: str | None) -> list[str]:
+    """``"7"`` or ``"6,7"`` -> device ids; ``None``/``""`` -> no GPU."""
+    if env_gpu is None or str(env_gpu).strip() == "":
+        return []
+    ids = [part.strip() for part in str(env_gpu).split(",")]
+    if not all(i.isdigit() for i in ids) or len(set(ids)) != len(ids):
+        raise ValueError(f"env_gpu must be GPU indices like '7' or '6,7', got {env_gpu!r}")
+    return ids
+
+
+class SandboxConfig(BaseModel):
+    """How sandbox containers are made."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    image: str = Field(default="", description="Image to run; empty means the recipe's current tag.")
+    user: str = Field(default="agent", description="User the agent's shell runs as.")
+    workdir: str = Field(default=WORKSPACE, description="The agent's starting directory.")
+    cpus: float = Field(default=2.0, gt=0, description="CPU limit (cores).")
+    memory: str = Field(default="4g", description="Memory limit (docker syntax), swap disabled.")
+    pids_limit: int = Field(default=1024, gt=16, description="Most processes in the container.")
+    network: bool = Field(default=False, description="Give the container a network (off by default).")
+    env_gpu: str | None = Field(default=None, description="GPUs for the container: '7' or '6,7'.")
+    ttl_s: int = Field(default=12 * 3600, gt=0, description="Dead-man switch: container lifetime.")
+    max_output_bytes: int = Field(default=256 * 1024, ge=1024, description="Output kept per command.")
+    command_timeout_s: float = Field(default=60.0, gt=0, description="Default per-command timeout.")
+    interrupt_grace_s: float = Field(default=5.0, gt=0, description="Wait after a timeout's kill.")
+    run_id: str = Field(default="default", description="Label naming the run that owns containers.")
+    environment: dict[str, str] = Field(default_factory=dict, description="Extra environment variables.")
+
+    @field_validator("env_gpu")
+    @classmethod
+    def _check_gpu(cls, value: str | None) -> str | None:
+        parse_env_gpu(value)
+        return value
+
+    def resolved_image(self) -> str:
+        """The image setting, else $AIR_IMAGE, else the tag the current recipe hashes to."""
+        if self.image:
+            return self.image
+        if os.environ.get("AIR_IMAGE"):
+            return os.environ["AIR_IMAGE"]
+        from air.sandbox.image.recipe import default_image_tag
+
+        return default_image_tag()
+
+
+def owner_labels(run_id: str) -> dict[str, str]:
+    proc = psutil.Process(os.getpid())
+    return {
+        LABEL: "1",
+        LABEL_RUN: run_id,
+        LABEL_HOST: socket.gethostname(),
+        LABEL_PID: str(proc.pid),
+        LABEL_STARTED: f"{proc.create_time():.3f}",
+    }

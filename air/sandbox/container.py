@@ -1,0 +1,247 @@
+"""One container: its life, limits, labels and files (the shell inside it is ``air.sandbox.shell``).
+
+The container's main process is ``sleep <ttl>`` under docker-init: a dead-man switch, so a run
+that dies leaves nothing running forever. Every container carries labels naming this project,
+the run, and the owning process (host, pid and start time), which is how ``pool.reap_orphans``
+knows what a dead process left behind.
+
+What runs inside (the persistent shell) is ``air.sandbox.shell``; the settings are ``config``;
+this module owns the container's life: create, limits, labels, root-side exec, file copies,
+destroy. Blocking Docker calls go through ``asyncio.to_thread``, so one event loop drives many
+sandboxes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import tarfile
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import docker
+import docker.errors
+from docker.models.containers import Container
+
+from air.sandbox.config import SandboxConfig, owner_labels, parse_env_gpu
+from air.sandbox.errors import SandboxDied, SandboxError, SandboxStartError
+from air.sandbox.shell import CommandResult, Shell
+
+_client: docker.DockerClient | None = None
+
+
+def docker_client() -> docker.DockerClient:
+    """One shared client per process (it is thread-safe and keeps a connection pool)."""
+    global _client
+    if _client is None:
+        try:
+            _client = docker.from_env(timeout=120, max_pool_size=64)
+            _client.ping()
+        except docker.errors.DockerException as exc:
+            _client = None
+            raise SandboxStartError(
+                f"No Docker engine answers ({exc}). Start one (e.g. `dockerd &` or "
+                "`systemctl start docker`) or set DOCKER_HOST."
+            ) from exc
+    return _client
+
+
+def container_kwargs(config: SandboxConfig, labels: dict[str, str]) -> dict[str, Any]:
+    """Arguments for ``containers.run``; separate so the limits are unit-testable."""
+    kwargs: dict[str, Any] = dict(
+        image=config.resolved_image(),
+        command=["sleep", str(config.ttl_s)],
+        detach=True,
+        init=True,
+        user=config.user,
+        working_dir=config.workdir,
+        labels=labels,
+        nano_cpus=int(config.cpus * 1e9),
+        mem_limit=config.memory,
+        memswap_limit=config.memory,
+        pids_limit=config.pids_limit,
+        network_mode="bridge" if config.network else "none",
+        hostname="sandbox",
+        environment={"HOME": "/home/agent", "PYTHONUNBUFFERED": "1", **config.environment},
+    )
+    gpus = parse_env_gpu(config.env_gpu)
+    if gpus:
+        kwargs["device_requests"] = [docker.types.DeviceRequest(device_ids=gpus, capabilities=[["gpu"]])]
+    return kwargs
+
+
+class Sandbox:
+    """A container with one persistent agent shell, plus root-side helpers for the runtime."""
+
+    def __init__(self, container: Container, config: SandboxConfig) -> None:
+        self.container = container
+        self.config = config
+        self.shell = Shell(container, config)
+
+    @property
+    def id(self) -> str:
+        return self.container.id
+
+    @classmethod
+    async def create(cls, config: SandboxConfig, client: docker.DockerClient | None = None) -> Sandbox:
+        client = client or await asyncio.to_thread(docker_client)
+        labels = owner_labels(config.run_id)
+        kwargs = container_kwargs(config, labels)
+        try:
+            container = await asyncio.to_thread(client.containers.run, **kwargs)
+        except docker.errors.ImageNotFound as exc:
+            raise SandboxStartError(
+                f"Sandbox image {kwargs['image']!r} not found: build it with `air build-image`."
+            ) from exc
+        except docker.errors.DockerException as exc:
+            raise SandboxStartError(f"Cannot start a sandbox container: {exc}") from exc
+        _track(container.id)
+        sandbox = cls(container, config)
+        try:
+            await sandbox.shell.start()
+        except BaseException:
+            await asyncio.to_thread(destroy_container, container)
+            raise
+        return sandbox
+
+    async def run(self, command: str, timeout: float | None = None) -> CommandResult:
+        """Run ``command`` in the agent's shell."""
+        return await self.shell.run(command, timeout)
+
+    async def exec_root(self, argv: list[str], timeout: float = 120, workdir: str | None = None) -> tuple[int, str]:
+        """Run a program as root outside the agent's shell (a fresh process, clean environment)."""
+        cmd = ["timeout", "-s", "KILL", str(max(1, int(timeout))), *argv]
+
+        def _exec() -> tuple[int, str]:
+            res = self.container.exec_run(cmd, user="root", workdir=workdir or "/", demux=False)
+            return res.exit_code, (res.output or b"").decode("utf-8", "replace")
+
+        try:
+            return await asyncio.to_thread(_exec)
+        except docker.errors.DockerException as exc:
+            raise SandboxDied(f"exec in container {self.container.short_id} failed: {exc}") from exc
+
+    async def copy_in(self, source: Path | str, dest_dir: str, owner: str | None = None) -> None:
+        """Copy a host file or folder into ``dest_dir`` (created if missing), keeping its basename."""
+        source = Path(source)
+        if not source.exists():
+            raise FileNotFoundError(f"cannot copy {source} into the sandbox: it does not exist")
+        data = await asyncio.to_thread(tar_of, {source.name: source})
+        await self.put_archive(dest_dir, data, owner=owner, top=[source.name])
+
+    async def write_file(self, path: str, content: bytes | str, owner: str | None = None, mode: int = 0o644) -> None:
+        target = PurePosixPath(path)
+        raw = content.encode() if isinstance(content, str) else content
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            info = tarfile.TarInfo(target.name)
+            info.size, info.mode, info.mtime = len(raw), mode, int(time.time())
+            tar.addfile(info, io.BytesIO(raw))
+        await self.put_archive(str(target.parent), buf.getvalue(), owner=owner, top=[target.name])
+
+    async def put_archive(
+        self, dest_dir: str, data: bytes, owner: str | None = None, top: tuple[str, ...] | list[str] = ()
+    ) -> None:
+        """Unpack a tar archive into ``dest_dir``; ``owner`` gets the top-level entries ``top``."""
+        code, out = await self.exec_root(["mkdir", "-p", dest_dir])
+        if code != 0:
+            raise SandboxError(f"cannot create {dest_dir} in the sandbox: {out.strip()}")
+        try:
+            ok = await asyncio.to_thread(self.container.put_archive, dest_dir, data)
+        except docker.errors.DockerException as exc:
+            raise SandboxDied(f"copy into container {self.container.short_id} failed: {exc}") from exc
+        if not ok:
+            raise SandboxError(f"copy into {dest_dir} was refused by the engine")
+        paths = [str(PurePosixPath(dest_dir) / name) for name in top]
+        if owner and paths:
+            await self.exec_root(["chown", "-R", f"{owner}:{owner}", *paths])
+
+    async def copy_out(self, path: str, dest_dir: Path | str) -> Path:
+        """Copy a file or folder out of the container into host ``dest_dir``; returns its host path."""
+        dest = Path(dest_dir)
+        dest.mkdir(parents=True, exist_ok=True)
+
+        def _get() -> None:
+            stream, _ = self.container.get_archive(path)
+            with _spooled(stream) as fileobj, tarfile.open(fileobj=fileobj) as tar:
+                tar.extractall(dest, filter="data")
+
+        try:
+            await asyncio.to_thread(_get)
+        except docker.errors.NotFound as exc:
+            raise FileNotFoundError(f"{path} does not exist in the sandbox") from exc
+        except docker.errors.DockerException as exc:
+            raise SandboxDied(f"copy out of container {self.container.short_id} failed: {exc}") from exc
+        return dest / PurePosixPath(path).name
+
+    async def read_file(self, path: str) -> bytes:
+        def _get() -> bytes:
+            stream, _ = self.container.get_archive(path)
+            with _spooled(stream) as fileobj, tarfile.open(fileobj=fileobj) as tar:
+                member = tar.next()
+                if member is None or not member.isfile():
+                    raise IsADirectoryError(f"{path} is not a regular file")
+                extracted = tar.extractfile(member)
+                assert extracted is not None
+                return extracted.read()
+
+        try:
+            return await asyncio.to_thread(_get)
+        except docker.errors.NotFound as exc:
+            raise FileNotFoundError(f"{path} does not exist in the sandbox") from exc
+
+    async def destroy(self) -> None:
+        self.shell.close()
+        await asyncio.to_thread(destroy_container, self.container)
+
+
+@contextlib.contextmanager
+def _spooled(chunks: Any) -> Iterator[Any]:
+    """Spool an archive stream to a temporary file so large archives never sit in memory."""
+    with tempfile.SpooledTemporaryFile(max_size=8 << 20) as fileobj:
+        for chunk in chunks:
+            fileobj.write(chunk)
+        fileobj.seek(0)
+        yield fileobj
+
+
+def tar_of(entries: dict[str, Path]) -> bytes:
+    """A tar archive (in memory) of host paths, each stored under the given archive name."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, path in entries.items():
+            tar.add(str(path), arcname=name)
+    return buf.getvalue()
+
+
+# Containers this process created and has not yet destroyed: removed at exit (see pool).
+_live: set[str] = set()
+
+
+def _track(container_id: str) -> None:
+    _live.add(container_id)
+
+
+def destroy_container(container: Container | str, client: docker.DockerClient | None = None) -> None:
+    """Kill, then remove, a container; quiet if it is already gone."""
+    cid = container if isinstance(container, str) else container.id
+    try:
+        if isinstance(container, str):
+            container = (client or docker_client()).containers.get(container)
+        try:
+            container.kill()
+        except docker.errors.APIError:
+            pass  # not running any more
+        container.remove(force=True, v=True)
+    except docker.errors.NotFound:
+        pass
+    finally:
+        _live.discard(cid)
+
+
+def live_container_ids() -> set[str]:
+    return set(_live)

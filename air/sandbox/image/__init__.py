@@ -1,0 +1,1 @@
+"""The sandbox image: its recipe (docker/), the Debian base it builds on, and the build."""

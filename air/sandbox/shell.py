@@ -1,0 +1,266 @@
+"""One persistent bash in a container, spoken to through a ``docker exec`` socket.
+
+The exec's stdin/stdout is the SDK's hijacked socket, driven with asyncio's non-blocking socket
+calls: no thread per command, so one event loop drives many shells. The wire protocol (quoting,
+markers, capped output) is ``air.sandbox.protocol``; the container's life is ``air.sandbox.container``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import docker
+import docker.errors
+from docker.models.containers import Container
+
+from air.sandbox.errors import SandboxDied
+from air.sandbox.protocol import (
+    SHELL_ARGV,
+    SHELL_ENV,
+    Capture,
+    FrameDecoder,
+    new_nonce,
+    recovery_line,
+    shell_setup,
+    wrap_command,
+)
+
+if TYPE_CHECKING:
+    from air.sandbox.config import SandboxConfig
+
+
+# An MLGym image keeps its Python in a conda env; when present it goes first on the agent's PATH.
+MLGYM_CONDA_BIN = "/home/agent/miniconda3/envs/mlgym_generic/bin"
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What one shell command did."""
+
+    output: str
+    exit_code: int | None
+    duration_s: float
+    timed_out: bool = False
+    truncated: bool = False
+    output_bytes: int = 0
+    shell_restarted: bool = False
+
+
+# Run as root on a timeout. The victims are the shell's descendants started at or after the
+# cutoff (the timed-out command's start, in clock ticks since boot), so earlier background jobs
+# are left alone. They are stopped first (no forking away), then interrupted and killed as the
+# comment below explains. Pure bash over /proc, so it works in any image.
+_KILL_TREE = r"""
+root=$1; since_cs=$2
+read -r up _ </proc/uptime; up=${up/./}; cutoff=$(( up - since_cs ))
+victims() {
+  declare -A parent start
+  for f in /proc/[0-9]*/stat; do
+    line=$(<"$f") 2>/dev/null || continue
+    pid=${f#/proc/}; pid=${pid%/stat}; rest=${line##*) }
+    set -- $rest; parent[$pid]=$2; start[$pid]=${20}
+  done
+  local frontier=("$root") found=() p c
+  while ((${#frontier[@]})); do
+    local next=()
+    for p in "${frontier[@]}"; do
+      for c in "${!parent[@]}"; do
+        if [[ ${parent[$c]} == "$p" ]]; then next+=("$c"); found+=("$c"); fi
+      done
+    done
+    frontier=("${next[@]}")
+  done
+  for c in "${found[@]}"; do (( ${start[$c]} >= cutoff )) && echo "$c"; done
+}
+for round in 1 2; do pids=$(victims); [ -n "$pids" ] && kill -STOP $pids 2>/dev/null; done
+pids=$(victims)
+# bash abandons the rest of the line (so `train; validate` does not go on to validate) only
+# when its foreground child dies *of SIGINT*; so SIGINT the shell and the stopped victims, let
+# them run to die of it, then SIGKILL whatever ignored it. A builtin loop breaks on the SIGINT.
+kill -INT "$root"
+if [ -n "$pids" ]; then
+  kill -INT $pids 2>/dev/null; kill -CONT $pids 2>/dev/null
+  sleep 0.2
+  kill -KILL $pids 2>/dev/null
+fi
+"""
+
+
+class Shell:
+    """One persistent bash in a container, spoken to through an exec socket."""
+
+    def __init__(self, container: Container, config: SandboxConfig) -> None:
+        self._container = container
+        self._config = config
+        self._sock: socket.socket | None = None
+        self._decoder = FrameDecoder()
+        self._lock = asyncio.Lock()
+        self.pid: int | None = None
+        self.cwd: str = config.workdir
+        # Session set-up (functions, variables) replayed whenever the shell is (re)started.
+        self.init_script: str | None = None
+
+    async def start(self, cwd: str | None = None) -> None:
+        api = self._container.client.api
+
+        def _open() -> socket.socket:
+            exec_id = api.exec_create(
+                self._container.id,
+                SHELL_ARGV,
+                stdin=True,
+                stdout=True,
+                stderr=True,
+                tty=False,
+                user=self._config.user,
+                workdir=self._config.workdir,
+                environment=SHELL_ENV,
+            )["Id"]
+            raw = api.exec_start(exec_id, socket=True)
+            sock = raw._sock  # the hijacked connection under the SDK's SocketIO wrapper
+            sock.setblocking(False)
+            return sock
+
+        try:
+            self._sock = await asyncio.to_thread(_open)
+        except docker.errors.DockerException as exc:
+            raise SandboxDied(f"cannot start a shell in container {self._container.short_id}: {exc}") from exc
+        self._decoder = FrameDecoder()
+        loop = asyncio.get_running_loop()
+        # An MLGym image's conda env goes first on PATH; start where the shell was (after a restart).
+        setup = shell_setup(path_prepend=MLGYM_CONDA_BIN, cwd=cwd or self._config.workdir)
+        await loop.sock_sendall(self._sock, setup)
+        result = await self._run_locked("echo $$", timeout=30)
+        last_line = result.output.strip().splitlines()[-1:] or [""]
+        if result.exit_code != 0 or not last_line[0].isdigit():
+            raise SandboxDied(f"shell did not start properly: {result.output[-300:]!r}")
+        self.pid = int(last_line[0])
+        if self.init_script:
+            await self._run_init()
+
+    async def initialize(self, script: str) -> None:
+        """Run ``script`` in the shell now and again after any restart."""
+        self.init_script = script
+        async with self._lock:
+            await self._run_init()
+
+    async def _run_init(self) -> None:
+        assert self.init_script is not None
+        result = await self._run_locked(self.init_script, timeout=60)
+        if result.exit_code != 0:
+            raise SandboxDied(f"shell session set-up failed (exit {result.exit_code}): {result.output[-500:]!r}")
+
+    def close(self) -> None:
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            except OSError:
+                pass
+            self._sock = None
+
+    async def run(self, command: str, timeout: float | None = None) -> CommandResult:
+        async with self._lock:
+            return await self._run_locked(command, timeout)
+
+    async def _run_locked(self, command: str, timeout: float | None) -> CommandResult:
+        if self._sock is None:
+            raise SandboxDied("shell is closed")
+        timeout = self._config.command_timeout_s if timeout is None else timeout
+        nonce = new_nonce()
+        capture = Capture(self._config.max_output_bytes, (nonce,))
+        start = time.perf_counter()
+        await self._send(wrap_command(command, nonce))
+        timed_out = restarted = False
+        try:
+            await asyncio.wait_for(self._read_until_done(capture), timeout)
+        except TimeoutError:
+            timed_out = True
+            restarted = not await self._interrupt(capture, time.perf_counter() - start)
+        output = capture.text()
+        if timed_out:
+            note = f"\n[command timed out after {timeout:g} s and was interrupted"
+            note += "; the shell was restarted, so exported variables were reset]" if restarted else "]"
+            output += note
+        if capture.cwd:
+            self.cwd = capture.cwd
+        return CommandResult(
+            output=output,
+            exit_code=None if restarted else capture.exit_code,
+            duration_s=time.perf_counter() - start,
+            timed_out=timed_out,
+            truncated=capture.truncated,
+            output_bytes=capture.total,
+            shell_restarted=restarted,
+        )
+
+    async def _send(self, data: bytes) -> None:
+        try:
+            await asyncio.get_running_loop().sock_sendall(self._sock, data)
+        except OSError as exc:
+            raise await self._died(f"cannot write to shell: {exc}") from exc
+
+    async def _read_until_done(self, capture: Capture, pending: bytes = b"") -> None:
+        loop = asyncio.get_running_loop()
+        assert self._sock is not None
+        if pending and capture.feed(pending):
+            return
+        while True:
+            try:
+                data = await loop.sock_recv(self._sock, 1 << 16)
+            except OSError as exc:
+                raise await self._died(f"shell connection broke: {exc}") from exc
+            if not data:
+                raise await self._died("shell exited")
+            if capture.feed(self._decoder.feed(data)):
+                return
+
+    async def _interrupt(self, capture: Capture, elapsed_s: float) -> bool:
+        """Stop a timed-out command; True if the shell is usable again, False if it was replaced."""
+        since_cs = int((elapsed_s + 1.0) * 100)  # /proc clock ticks are 1/100 s
+
+        def _kill() -> None:
+            argv = ["bash", "-c", _KILL_TREE, "killtree", str(self.pid), str(since_cs)]
+            self._container.exec_run(argv, user="root")
+
+        try:
+            await asyncio.to_thread(_kill)
+        except docker.errors.DockerException as exc:
+            raise await self._died(f"cannot interrupt command: {exc}") from exc
+        # The interrupted line's own marker may or may not come; the recovery marker always does.
+        recovery = new_nonce()
+        await self._send(recovery_line(recovery))
+        capture.add_nonce(recovery)
+        grace = self._config.interrupt_grace_s
+        try:
+            await asyncio.wait_for(self._read_until_done(capture), grace)
+            if capture.matched != recovery:
+                drain = Capture(self._config.max_output_bytes, (recovery,))
+                await asyncio.wait_for(self._read_until_done(drain, capture.rest), grace)
+            return True
+        except TimeoutError:
+            await self._restart()
+            return False
+
+    async def _died(self, why: str) -> SandboxDied:
+        self.close()
+        try:
+            await asyncio.to_thread(self._container.reload)
+            state = self._container.attrs.get("State", {})
+            status = self._container.status
+            if status != "running":
+                why += f"; container {status} (exit code {state.get('ExitCode')}, OOMKilled={state.get('OOMKilled')})"
+        except docker.errors.NotFound:
+            why += "; container no longer exists"
+        except docker.errors.DockerException as exc:
+            why += f"; container state unknown: {exc}"
+        return SandboxDied(f"{why} [container {self._container.short_id}]")
+
+    async def _restart(self) -> None:
+        old_pid, cwd = self.pid, self.cwd
+        self.close()
+        if old_pid:
+            await asyncio.to_thread(self._container.exec_run, ["kill", "-KILL", str(old_pid)], user="root")
+        await self.start(cwd=cwd)

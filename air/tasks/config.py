@@ -1,0 +1,106 @@
+"""What a task is: the typed task and dataset YAML, the tables for what MLGym's files leave unsaid
+(secret files, primary metrics), and which way a metric is better."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+DEFAULT_TRAINING_TIMEOUT = 3600
+ENTRYPOINTS = ("CSVSubmissionTasks", "PythonSubmissionTasks", "ModelSubmissionTasks", "LMSubmissionTasks")
+
+
+class TaskError(ValueError):
+    """A task cannot be found or loaded; the message names the file at fault."""
+
+
+# --- configs (every field of MLGym's schema) -------------------------------------------------
+
+
+class SplitConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    file_regex: str
+
+
+class DatasetConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    description: str
+    data_path: str = Field(description="Root-relative folder when is_local, else a Hugging Face dataset id.")
+    is_local: bool = False
+    train_split: SplitConfig | None = None
+    valid_split: SplitConfig | None = None
+    test_split: SplitConfig | None = None
+
+
+class TaskConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: str
+    name: str
+    description: str
+    dataset_configs: list[str] = Field(default_factory=list)
+    task_entrypoint: Literal[ENTRYPOINTS] = "CSVSubmissionTasks"  # type: ignore[valid-type]
+    training_timeout: int | None = None
+    requirements_path: str | None = None
+    use_generic_conda: bool = True
+    starter_code: list[str] = Field(default_factory=list)
+    baseline_paths: list[str] = Field(default_factory=list)
+    baseline_scores: list[dict[str, float]] = Field(default_factory=list)
+    sample_submission: str | None = None
+    evaluation_paths: list[str] = Field(default_factory=list)
+    evaluation_read_only: bool = False
+    secret_files: list[str] = Field(default_factory=list)
+    memory_path: str | None = None
+    benchmark_name: str | None = None
+
+
+# --- what MLGym's configs do not say ---------------------------------------------------------
+
+# Answer files MLGym leaves readable in the workspace: hidden here like secret_files. Keyed by
+# task id and by dataset config, so variants of a task on the same data (the house-price "L1"
+# task) are covered too.
+KNOWN_SECRET_FILES: dict[str, list[str]] = {
+    "titanicSurvival": ["data/ground_truth.csv"],
+    "regressionKaggleHousePrice": ["data/answer.csv"],
+}
+KNOWN_SECRET_FILES_BY_DATASET: dict[str, list[str]] = {
+    "datasets/titanic.yaml": ["data/ground_truth.csv"],
+    "datasets/kaggleHousePrice.yaml": ["data/answer.csv"],
+}
+# Files MLGym leaves writable although evaluation imports them: read-only here.
+KNOWN_READ_ONLY_FILES: dict[str, list[str]] = {
+    "battleOfSexes": ["target.py"],
+    "prisonersDilemma": ["target.py"],
+    "blotto": ["target.py"],
+}
+# Primary metric and direction of MLGym's tasks whose first baseline key is not the primary one,
+# or where lower is better.
+KNOWN_PRIMARY_METRICS: dict[str, tuple[str, bool]] = {
+    "regressionKaggleHousePrice": ("r2", True),
+    "3SATTime": ("Time", False),
+    "languageModelingFineWeb": ("val_loss", False),
+}
+_LOWER_IS_BETTER = re.compile(r"(loss|rmse|mse|mae|error|time|perplexity|regret)", re.IGNORECASE)
+
+
+def lower_is_better(metric: str | None) -> bool:
+    """Guess a metric's direction from its name (losses, errors and times go down)."""
+    return bool(metric and _LOWER_IS_BETTER.search(metric))
+
+
+def metric_value(metrics: dict[str, Any], name: str) -> float | None:
+    """Look a metric up by name, ignoring case (MLGym stores titanic's baseline as 'Accuracy')."""
+    if name in metrics:
+        value = metrics[name]
+    else:
+        matches = [v for k, v in metrics.items() if k.lower() == name.lower()]
+        if not matches:
+            return None
+        value = matches[0]
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None

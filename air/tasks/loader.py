@@ -1,0 +1,239 @@
+"""MLGym-format tasks: find the task root, list its tasks, and load one (task and dataset YAML) into
+a ``Task`` that knows its files, secrets, metric and baseline (laid out by ``workspace``).
+
+The task root is an MLGym checkout or any folder with the same layout (``configs/tasks``,
+``configs/datasets``, ``data/``). It comes from an argument, else ``MLGYM_ROOT``, else the
+built-in tasks; never from the current directory. Nothing of MLGym is imported: its files are
+read at run time from the user's checkout.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from air.tasks.config import (
+    DEFAULT_TRAINING_TIMEOUT,
+    KNOWN_PRIMARY_METRICS,
+    KNOWN_READ_ONLY_FILES,
+    KNOWN_SECRET_FILES,
+    KNOWN_SECRET_FILES_BY_DATASET,
+    DatasetConfig,
+    TaskConfig,
+    TaskError,
+    lower_is_better,
+    metric_value,
+)
+
+BUILTIN_TASK_ROOT = Path(__file__).resolve().parent / "builtin"
+
+
+# A config can ask for the built-in tasks by name, whatever $MLGYM_ROOT says (configs/mlgym/rl_2gpu.toml).
+BUILTIN_NAMES = ("builtin", "built-in")
+
+
+def resolve_task_root(task_root: str | os.PathLike[str] | None = None) -> Path:
+    """The task root: the argument ("builtin" names the built-in tasks), else $MLGYM_ROOT, else built-in."""
+    if task_root is not None and str(task_root) in BUILTIN_NAMES:
+        root, source = BUILTIN_TASK_ROOT, "the built-in tasks"
+    elif task_root is not None and str(task_root) != "":
+        root, source = Path(task_root).expanduser(), "the task_root argument"
+    elif os.environ.get("MLGYM_ROOT"):
+        root, source = Path(os.environ["MLGYM_ROOT"]).expanduser(), "$MLGYM_ROOT"
+    else:
+        root, source = BUILTIN_TASK_ROOT, "the built-in tasks"
+    root = root.resolve()
+    if not (root / "configs" / "tasks").is_dir():
+        raise TaskError(
+            f"Task root {root} (from {source}) has no configs/tasks/ folder. Point it at an MLGym "
+            "checkout (the folder that contains configs/ and data/) or leave it unset for the built-in tasks."
+        )
+    return root
+
+
+def list_tasks(task_root: str | os.PathLike[str] | None = None) -> list[str]:
+    root = resolve_task_root(task_root)
+    return sorted(p.stem for p in (root / "configs" / "tasks").glob("*.yaml"))
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise TaskError(f"{path} does not exist") from None
+    except yaml.YAMLError as exc:
+        raise TaskError(f"{path} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise TaskError(f"{path} must hold a mapping of fields, got {type(data).__name__}")
+    return data
+
+
+def _validated(model: type[BaseModel], data: dict[str, Any], path: Path) -> Any:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}" for err in exc.errors()
+        )
+        raise TaskError(f"{path}: {problems}") from None
+
+
+@dataclass
+class Task:
+    """One loaded task: its configs and where its files are on the host."""
+
+    name: str  # the config's file stem: how users name a task
+    root: Path
+    config_path: Path
+    config: TaskConfig
+    datasets: list[DatasetConfig]
+    _files: dict[str, Path] | None = field(default=None, repr=False)
+    _archives: dict[tuple[str, tuple[str, ...]], bytes] = field(default_factory=dict, repr=False)
+
+    @property
+    def id(self) -> str:
+        return self.config.id
+
+    @property
+    def entrypoint(self) -> str:
+        return self.config.task_entrypoint
+
+    @property
+    def training_timeout(self) -> int:
+        return self.config.training_timeout or DEFAULT_TRAINING_TIMEOUT
+
+    def dataset_docs(self) -> str:
+        return "".join(f"{d.name.upper()}:\n{d.description}\n\n" for d in self.datasets)
+
+    @property
+    def description(self) -> str:
+        # str.replace, not str.format: descriptions may contain other braces (code, dicts).
+        return self.config.description.replace("{dataset_docs}", self.dataset_docs())
+
+    @property
+    def baseline(self) -> dict[str, float]:
+        return dict(self.config.baseline_scores[0]) if self.config.baseline_scores else {}
+
+    @property
+    def primary_metric(self) -> str | None:
+        if self.id in KNOWN_PRIMARY_METRICS:
+            return KNOWN_PRIMARY_METRICS[self.id][0]
+        return next(iter(self.baseline), None)
+
+    @property
+    def higher_is_better(self) -> bool:
+        if self.id in KNOWN_PRIMARY_METRICS:
+            return KNOWN_PRIMARY_METRICS[self.id][1]
+        return not lower_is_better(self.primary_metric)
+
+    @property
+    def baseline_score(self) -> float | None:
+        metric = self.primary_metric
+        return metric_value(self.baseline, metric) if metric else None
+
+    @property
+    def secret_files(self) -> list[str]:
+        by_dataset = [f for d in self.config.dataset_configs for f in KNOWN_SECRET_FILES_BY_DATASET.get(d, [])]
+        return _unique([*self.config.secret_files, *KNOWN_SECRET_FILES.get(self.id, []), *by_dataset])
+
+    @property
+    def read_only_files(self) -> list[str]:
+        return _unique([*self.config.evaluation_paths, *KNOWN_READ_ONLY_FILES.get(self.id, [])])
+
+    def workspace_files(self) -> dict[str, Path]:
+        """Workspace-relative path -> host file, for every file MLGym's reset would lay out."""
+        if self._files is None:
+            self._files = self._collect_files()
+        return self._files
+
+    def _collect_files(self) -> dict[str, Path]:
+        files: dict[str, Path] = {}
+        local = [d for d in self.datasets if d.is_local]
+        for index, dataset in enumerate(local):
+            source = self.root / dataset.data_path
+            if not source.is_dir():
+                raise TaskError(
+                    f"Dataset {dataset.name!r} of task {self.name} expects local data in {source}, which does "
+                    f"not exist.{_generator_hint(source) or ' Some MLGym tasks generate it first.'}"
+                )
+            # Like `docker cp dir ws/data`: the first dataset becomes data/, later ones data/<name>/.
+            prefix = "data" if index == 0 else f"data/{source.name}"
+            found = _walk(source, prefix)
+            if not found:
+                raise TaskError(
+                    f"Dataset {dataset.name!r} of task {self.name}: {source} is empty (a generator that failed "
+                    f"half-way leaves it so).{_generator_hint(source)}"
+                )
+            if index == 0:  # split globs are written against the workspace's data/ folder
+                for split in (dataset.train_split, dataset.valid_split, dataset.test_split):
+                    pattern = split.file_regex.removeprefix("./") if split else ""
+                    if split and not any(fnmatch.fnmatch(path, pattern) for path in found):
+                        raise TaskError(
+                            f"Dataset {dataset.name!r} of task {self.name}: no file for its {split.name!r} split "
+                            f"({split.file_regex}) in {source}.{_generator_hint(source)}"
+                        )
+            files.update(found)
+        for entry in self.config.starter_code:
+            source = self.root / entry
+            if not source.exists():
+                raise TaskError(f"Starter code {entry!r} of task {self.name} ({self.config_path}) is missing: {source}")
+            files.update(_walk(source, source.name) if source.is_dir() else {source.name: source})
+        for rel in self.config.evaluation_paths:
+            if rel not in files:
+                raise TaskError(
+                    f"Evaluation script {rel!r} of task {self.name} is not provided by its starter_code "
+                    f"or datasets ({self.config_path})"
+                )
+        return files
+
+
+def generator_command(data_folder: Path) -> str | None:
+    """How an MLGym-style dataset folder is made: a script in its sibling ``_helpers/``, run from there."""
+    helpers = data_folder.parent / "_helpers"
+    scripts = sorted(p.name for p in helpers.glob("*.py")) if helpers.is_dir() else []
+    return f"cd {helpers} && python {scripts[0]}" if scripts else None
+
+
+def _generator_hint(data_folder: Path) -> str:
+    command = generator_command(data_folder)
+    return f" It is generated: `{command}`." if command else ""
+
+
+def _walk(folder: Path, prefix: str) -> dict[str, Path]:
+    return {
+        f"{prefix}/{path.relative_to(folder).as_posix()}": path
+        for path in sorted(folder.rglob("*"))
+        if path.is_file() and "__pycache__" not in path.parts
+    }
+
+
+def _unique(items: list[str]) -> list[str]:
+    return list(dict.fromkeys(i.strip("/") for i in items))
+
+
+def load_task(name: str, task_root: str | os.PathLike[str] | None = None) -> Task:
+    """Load a task by config file name (``titanic``, ``titanic.yaml``) or by id."""
+    root = resolve_task_root(task_root)
+    tasks_dir = root / "configs" / "tasks"
+    stem = Path(name).name.removesuffix(".yaml").removesuffix(".yml")
+    path = tasks_dir / f"{stem}.yaml"
+    if not path.exists():
+        by_id = {_read_yaml(p).get("id"): p for p in tasks_dir.glob("*.yaml")}
+        if stem not in by_id:
+            known = ", ".join(list_tasks(root)) or "(none)"
+            raise TaskError(f"Unknown task {name!r} in {tasks_dir}. Known tasks: {known}")
+        path = by_id[stem]
+    config: TaskConfig = _validated(TaskConfig, _read_yaml(path), path)
+    datasets = []
+    for rel in config.dataset_configs:
+        dataset_path = root / "configs" / rel
+        if not dataset_path.exists():
+            raise TaskError(f"{path}: dataset config {rel!r} not found at {dataset_path}")
+        datasets.append(_validated(DatasetConfig, _read_yaml(dataset_path), dataset_path))
+    return Task(name=path.stem, root=root, config_path=path, config=config, datasets=datasets)

@@ -1,0 +1,67 @@
+"""prime-rl's JSON schema at the pinned commit (shipped, Apache-2.0): load it, resolve a config kind's part
+of it, and find a key's default."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+SCHEMA_PATH = Path(__file__).parent / "schemas" / "prime_rl_rl_c87c19b.schema.json"
+
+
+# Which part of the combined schema each kind of file is checked against (None: the whole `rl` config).
+_KIND_DEFS: dict[str, str | None] = {
+    "rl": None,
+    "orchestrator": "OrchestratorConfig",
+    "trainer": "RLTrainerConfig",
+    "inference": "InferenceConfig",
+}
+
+
+@cache
+def load_schema() -> dict[str, Any]:
+    return json.loads(SCHEMA_PATH.read_text())
+
+
+def _schema_for(kind: str) -> dict[str, Any]:
+    schema = load_schema()
+    name = _KIND_DEFS[kind]
+    if name is None:
+        return schema
+    return {"$defs": schema["$defs"], "$ref": f"#/$defs/{name}"}
+
+
+def _resolve(node: dict[str, Any]) -> dict[str, Any]:
+    """Follow $ref and pick the object branch of `X | None` unions."""
+    defs = load_schema()["$defs"]
+    for _ in range(10):
+        if "$ref" in node:
+            node = defs[node["$ref"].rsplit("/", 1)[1]]
+        elif "anyOf" in node:
+            objects = [n for n in node["anyOf"] if n.get("type") != "null"]
+            if len(objects) != 1:
+                return node
+            node = objects[0]
+        else:
+            return node
+    return node
+
+
+def _schema_keys(kind: str) -> set[str]:
+    return set(_resolve(_schema_for(kind)).get("properties", {}))
+
+
+def schema_default(dotted: str) -> Any:
+    """prime-rl's default for a key of the combined config, e.g. ``orchestrator.batch_size``."""
+    node = _resolve(load_schema())
+    default: Any = None
+    for part in dotted.split("."):
+        branches = [_resolve(b) for b in node["anyOf"]] if "anyOf" in node else [node]  # e.g. optim: adamw | sgd
+        prop = next((b["properties"][part] for b in branches if part in b.get("properties", {})), None)
+        if prop is None:
+            raise KeyError(dotted)
+        default = prop.get("default", default.get(part) if isinstance(default, dict) else None)
+        node = _resolve(prop)
+    return default

@@ -1,0 +1,147 @@
+"""The pool against real containers: warm hand-out, background destruction, orphans, signals."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import docker
+import pytest
+
+from air.sandbox.config import LABEL_PID, SandboxConfig
+from air.sandbox.pool import SandboxPool, reap_orphans
+
+pytestmark = pytest.mark.docker
+
+# A child process that starts a pool of 2 plus one sandbox in use, prints the container ids,
+# then waits to be signalled (or exits normally when told to).
+OWNER = textwrap.dedent(
+    """
+    import asyncio, json, sys
+    from air.sandbox.pool import SandboxPool
+    from air.sandbox.config import SandboxConfig
+
+    async def main():
+        pool = await SandboxPool(SandboxConfig.model_validate_json(sys.argv[1]), size=2).start()
+        in_use = await pool.acquire()
+        await pool.wait_ready()
+        ids = [in_use.id] + [sb.id for sb in pool._ready]
+        print(json.dumps(ids), flush=True)
+        if sys.argv[2] == "exit":
+            return
+        await asyncio.sleep(600)
+
+    asyncio.run(main())
+    """
+)
+
+
+def _owner_ids(config: SandboxConfig, mode: str) -> tuple[subprocess.Popen[str], list[str]]:
+    import json
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", OWNER, config.model_dump_json(), mode], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line, "owner process printed nothing"
+    return proc, json.loads(line)
+
+
+def _existing(ids: list[str]) -> set[str]:
+    client = docker.from_env()
+    return {c.id for c in client.containers.list(all=True)} & set(ids)
+
+
+def _wait_gone(ids: list[str], timeout: float = 30) -> set[str]:
+    deadline = time.monotonic() + timeout
+    while _existing(ids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return _existing(ids)
+
+
+async def test_acquire_is_warm_and_release_destroys(sandbox_config: SandboxConfig) -> None:
+    async with SandboxPool(sandbox_config, size=2) as pool:
+        await pool.wait_ready()
+        ready_ids = {sb.id for sb in pool._ready}
+        sandbox = await pool.acquire()
+        assert sandbox.id in ready_ids  # handed out warm, not started on demand
+        assert (await sandbox.run("echo ok")).output == "ok\n"
+        await pool.wait_ready()  # refilled in the background
+        assert sandbox.id not in {sb.id for sb in pool._ready}
+        pool.release(sandbox)
+        assert not await asyncio.to_thread(_wait_gone, [sandbox.id])
+        left = [sb.id for sb in pool._ready]
+    assert not await asyncio.to_thread(_wait_gone, left)  # close removed the ready ones
+
+
+def test_an_abandoned_pool_destroys_its_ready_containers(sandbox_config: SandboxConfig) -> None:
+    """A pool whose event loop has ended (as when an env moves to a new loop) can still be emptied."""
+
+    async def fill() -> SandboxPool:
+        pool = SandboxPool(sandbox_config, size=2)
+        await pool.start()
+        await pool.wait_ready()
+        return pool
+
+    pool = asyncio.run(fill())  # that loop is closed now
+    ids = [sb.id for sb in pool._ready]
+    assert len(ids) == 2 and _existing(ids)
+    pool.abandon()
+    assert not _wait_gone(ids)
+    pool._refill()  # closed: returns at once (an open pool would need the dead loop and raise)
+    assert pool.ready_count == 0 and pool._starting == 0
+
+
+async def test_a_dead_ready_container_is_replaced(sandbox_config: SandboxConfig) -> None:
+    async with SandboxPool(sandbox_config, size=1) as pool:
+        await pool.wait_ready()
+        stale = pool._ready[0]
+        await asyncio.to_thread(stale.container.kill)
+        sandbox = await pool.acquire()
+        assert sandbox.id != stale.id and (await sandbox.run("echo fresh")).output == "fresh\n"
+        pool.release(sandbox)
+
+
+def test_orphans_of_a_sigkilled_owner_are_reaped(sandbox_config: SandboxConfig) -> None:
+    proc, ids = _owner_ids(sandbox_config, "wait")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert _existing(ids) == set(ids)  # SIGKILL leaves them behind...
+    reaped = reap_orphans()
+    assert set(ids) <= set(reaped)  # ...and the next start removes them
+    assert not _existing(ids)
+
+
+def test_reaping_spares_containers_of_live_owners(sandbox_config: SandboxConfig) -> None:
+    proc, ids = _owner_ids(sandbox_config, "wait")
+    try:
+        reaped = reap_orphans()
+        assert not set(ids) & set(reaped) and _existing(ids) == set(ids)
+        labels = docker.from_env().containers.get(ids[0]).labels
+        assert labels[LABEL_PID] == str(proc.pid)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT", "exit"])
+def test_owner_cleans_up_on_signals_and_exit(sandbox_config: SandboxConfig, how: str) -> None:
+    proc, ids = _owner_ids(sandbox_config, "exit" if how == "exit" else "wait")
+    if how != "exit":
+        proc.send_signal(getattr(signal, how))
+    proc.wait(timeout=60)
+    assert not _wait_gone(ids, timeout=10), f"containers left after {how}"
+
+
+async def test_start_reaps_orphans(sandbox_config: SandboxConfig) -> None:
+    proc, ids = await asyncio.to_thread(_owner_ids, sandbox_config, "wait")
+    os.kill(proc.pid, signal.SIGKILL)
+    await asyncio.to_thread(proc.wait, 30)
+    async with SandboxPool(sandbox_config, size=0):
+        assert not _existing(ids)

@@ -1,0 +1,169 @@
+"""The sandbox against real containers: persistence, timeouts, output caps, death, files, limits."""
+
+from __future__ import annotations
+
+import asyncio
+import tracemalloc
+
+import docker
+import pytest
+
+from air.sandbox.config import LABEL, LABEL_PID, SandboxConfig, owner_labels, parse_env_gpu
+from air.sandbox.container import Sandbox, container_kwargs
+from air.sandbox.errors import SandboxDied
+
+pytestmark = pytest.mark.docker
+
+
+async def test_cwd_variables_and_functions_persist(sandbox: Sandbox) -> None:
+    assert (await sandbox.run('cd /tmp && export GREETING=hi && shout() { echo "$1!"; }')).exit_code == 0
+    result = await sandbox.run("pwd; echo $GREETING; shout hey")
+    assert result.output == "/tmp\nhi\nhey!\n" and result.exit_code == 0
+    assert sandbox.shell.cwd == "/tmp"
+
+
+async def test_exit_codes_stderr_and_bad_syntax(sandbox: Sandbox) -> None:
+    result = await sandbox.run("echo out; echo err >&2; exit_code() { return 4; }; exit_code")
+    assert result.output == "out\nerr\n" and result.exit_code == 4
+    broken = await sandbox.run("if then fi (")
+    assert broken.exit_code == 2 and "syntax error" in broken.output
+    assert (await sandbox.run("echo ${NOPE:?missing}")).exit_code != 0
+    assert (await sandbox.run("echo still here")).output == "still here\n"
+
+
+async def test_runs_as_agent_in_the_workspace(sandbox: Sandbox) -> None:
+    result = await sandbox.run("id -un; pwd; python3 -c 'import sklearn, pandas, numpy; print(\"ok\")'")
+    assert result.output.split() == ["agent", "/home/agent/workspace", "ok"]
+
+
+async def test_timeout_kills_the_command_and_keeps_the_shell(sandbox: Sandbox) -> None:
+    await sandbox.run("export KEEP=me; cd /tmp")
+    result = await sandbox.run("echo started; sleep 300; echo never", timeout=1)
+    assert result.timed_out and "started" in result.output and "never" not in result.output
+    assert "timed out" in result.output and not result.shell_restarted
+    after = await sandbox.run("echo $KEEP; pwd; pgrep -f 'sleep 300' || echo no-sleep")
+    assert after.output == "me\n/tmp\nno-sleep\n"
+
+
+async def test_timeout_of_a_builtin_loop_keeps_the_shell(sandbox: Sandbox) -> None:
+    await sandbox.run("export KEEP=me")
+    result = await sandbox.run("while true; do :; done", timeout=1)
+    assert result.timed_out
+    assert (await sandbox.run("echo $KEEP")).output == "me\n"
+
+
+async def test_timeout_spares_earlier_background_jobs(sandbox: Sandbox) -> None:
+    await sandbox.run("sleep 600 >/dev/null 2>&1 &")
+    await asyncio.sleep(1.2)  # the job must be clearly older than the command that times out
+    assert (await sandbox.run("sleep 300", timeout=1)).timed_out
+    assert (await sandbox.run("pgrep -f 'sleep 300' || echo none")).output == "none\n"
+    assert (await sandbox.run("pgrep -c -f 'sleep 600'")).output.strip() == "1"
+
+
+async def test_huge_output_is_capped_with_bounded_memory(sandbox: Sandbox) -> None:
+    tracemalloc.start()
+    try:
+        result = await sandbox.run("yes | head -c 200M; echo; echo THE-END", timeout=120)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    cap = sandbox.config.max_output_bytes
+    assert result.truncated and result.output_bytes > 200 * 1024 * 1024
+    assert len(result.output) <= cap + 200
+    assert result.output.startswith("y\ny\n") and result.output.endswith("THE-END\n")
+    assert peak < 16 * cap  # a few chunks of slack, never the 200 MB
+    assert (await sandbox.run("echo fine")).output == "fine\n"
+
+
+async def test_killed_container_raises_the_typed_error(sandbox: Sandbox) -> None:
+    await asyncio.to_thread(sandbox.container.kill)
+    with pytest.raises(SandboxDied, match="container"):
+        await sandbox.run("echo hello", timeout=10)
+
+
+async def test_killed_shell_raises_the_typed_error(sandbox: Sandbox) -> None:
+    await sandbox.exec_root(["kill", "-KILL", str(sandbox.shell.pid)])
+    with pytest.raises(SandboxDied, match="shell exited"):
+        await sandbox.run("echo hello", timeout=10)
+
+
+async def test_exit_in_the_shell_is_refused(sandbox: Sandbox) -> None:
+    result = await sandbox.run("exit 1")
+    assert "exit is disabled" in result.output
+    assert (await sandbox.run("(exit 7)")).exit_code == 7
+    assert (await sandbox.run("echo alive")).output == "alive\n"
+
+
+async def test_files_copy_in_and_out(sandbox: Sandbox, tmp_path) -> None:
+    folder = tmp_path / "bundle"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "a.txt").write_text("alpha\n")
+    (folder / "sub" / "b.bin").write_bytes(bytes(range(256)))
+    await sandbox.copy_in(folder, "/home/agent/workspace", owner="agent")
+    listing = await sandbox.run("stat -c '%U %n' bundle bundle/sub/b.bin; cat bundle/a.txt")
+    assert listing.output == "agent bundle\nagent bundle/sub/b.bin\nalpha\n"
+    await sandbox.run("echo made-inside > bundle/out.txt")
+    back = await sandbox.copy_out("/home/agent/workspace/bundle", tmp_path / "back")
+    assert (back / "out.txt").read_text() == "made-inside\n"
+    assert (back / "sub" / "b.bin").read_bytes() == bytes(range(256))
+    await sandbox.write_file("/home/agent/workspace/note.txt", "written\n", owner="agent")
+    assert await sandbox.read_file("/home/agent/workspace/note.txt") == b"written\n"
+    with pytest.raises(FileNotFoundError):
+        await sandbox.read_file("/nope/nothing")
+
+
+async def test_limits_labels_and_network(sandbox: Sandbox) -> None:
+    attrs = sandbox.container.attrs
+    host = attrs["HostConfig"]
+    assert host["NanoCpus"] == 10**9 and host["Memory"] == 1024**3 and host["PidsLimit"] == 1024
+    assert host["NetworkMode"] == "none" and host["Init"] is True
+    labels = attrs["Config"]["Labels"]
+    assert labels[LABEL] == "1" and labels["air.run"] == "pytest" and labels[LABEL_PID].isdigit()
+    interfaces = (await sandbox.run("ls /sys/class/net")).output.split()
+    assert interfaces == ["lo"]
+
+
+def test_gpu_strings_become_device_requests() -> None:
+    assert parse_env_gpu("7") == ["7"] and parse_env_gpu("6, 7") == ["6", "7"] and parse_env_gpu(None) == []
+    for bad in ("gpu7", "6,,7", "6,6", "-1"):
+        with pytest.raises(ValueError):
+            parse_env_gpu(bad)
+    kwargs = container_kwargs(SandboxConfig(image="x", env_gpu="6,7", network=True), owner_labels("r"))
+    (request,) = kwargs["device_requests"]
+    assert request["DeviceIDs"] == ["6", "7"] and request["Capabilities"] == [["gpu"]]
+    assert kwargs["network_mode"] == "bridge"
+    assert "device_requests" not in container_kwargs(SandboxConfig(image="x"), owner_labels("r"))
+    with pytest.raises(ValueError, match="env_gpu"):
+        SandboxConfig(env_gpu="all-of-them")
+
+
+async def test_32_sessions_from_one_event_loop(sandbox_config: SandboxConfig) -> None:
+    config = sandbox_config.model_copy(update={"cpus": 0.5, "memory": "256m"})
+    sandboxes = await asyncio.gather(*(Sandbox.create(config) for _ in range(32)))
+    try:
+
+        async def session(index: int, sb: Sandbox) -> list[str]:
+            outputs = []
+            for step in range(5):
+                result = await sb.run(f"export STEP={step}; sleep 0.05; echo {index}-$STEP")
+                outputs.append(result.output.strip())
+            return outputs
+
+        # The event loop must stay responsive while 32 shells run: a ticker measures it.
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        tick_task = asyncio.create_task(ticker())
+        results = await asyncio.gather(*(session(i, sb) for i, sb in enumerate(sandboxes)))
+        tick_task.cancel()
+        assert results == [[f"{i}-{s}" for s in range(5)] for i in range(32)]
+        assert ticks > 10
+    finally:
+        await asyncio.gather(*(sb.destroy() for sb in sandboxes))
+    client = docker.from_env()
+    assert not [c for c in client.containers.list(all=True) if c.id in {sb.id for sb in sandboxes}]

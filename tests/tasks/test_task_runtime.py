@@ -1,0 +1,154 @@
+"""Tasks laid out and evaluated in real containers: baselines reproduce, secrets stay hidden, and
+nothing the agent does in its workspace changes what evaluation runs or reads."""
+
+from __future__ import annotations
+
+import pytest
+
+from air.sandbox.container import Sandbox
+from air.tasks.loader import Task, list_tasks, load_task
+from air.tasks.workspace import TaskWorkspace
+from tests.mlgym_like import write_mlgym_like_root
+
+pytestmark = pytest.mark.docker
+
+
+async def _workspace(task: Task, sandbox: Sandbox) -> TaskWorkspace:
+    workspace = TaskWorkspace(task, sandbox)
+    await workspace.setup()
+    return workspace
+
+
+@pytest.mark.parametrize("name", list_tasks())
+async def test_builtin_baseline_reproduces_its_recorded_score(name: str, sandbox: Sandbox) -> None:
+    task = load_task(name)
+    workspace = await _workspace(task, sandbox)
+    for script in task.config.baseline_paths:
+        result = await sandbox.run(f"python {script}", timeout=120)
+        assert result.exit_code == 0, result.output
+    evaluation = await workspace.evaluate()
+    assert evaluation.ok, evaluation.error
+    for metric, value in task.baseline.items():
+        assert evaluation.metrics[metric] == pytest.approx(value, abs=1e-4)
+    assert evaluation.score == pytest.approx(task.baseline_score, abs=1e-4)
+
+
+async def test_secrets_are_absent_during_the_episode(sandbox: Sandbox) -> None:
+    task = load_task("loanDefault")
+    await _workspace(task, sandbox)
+    listing = await sandbox.run("ls data; cat data/answer.csv; ls /opt/air; find / -name answer.csv 2>/dev/null")
+    assert "answer.csv" not in listing.output.replace("cat: data/answer.csv", "")
+    assert "Permission denied" in listing.output
+    owners = await sandbox.run("stat -c '%U %n' . evaluate.py data data/train.csv baseline.py")
+    assert owners.output.split("\n")[:5] == [
+        "agent .",
+        "root evaluate.py",
+        "root data",
+        "root data/train.csv",
+        "agent baseline.py",
+    ]
+    assert (await sandbox.run("echo x >> data/train.csv")).exit_code != 0
+
+
+async def test_tampered_or_deleted_evaluation_scripts_are_restored(sandbox: Sandbox) -> None:
+    task = load_task("loanDefault")
+    workspace = await _workspace(task, sandbox)
+    await sandbox.run("python baseline.py")
+    fake = "import json; print(json.dumps({'accuracy': 1.0}))"
+    assert (await sandbox.run(f'echo "{fake}" > evaluate.py')).exit_code != 0  # read-only
+    assert (await sandbox.run(f'mv evaluate.py old.py && echo "{fake}" > evaluate.py')).exit_code == 0
+    assert (await workspace.evaluate()).score == pytest.approx(task.baseline_score, abs=1e-4)
+    await sandbox.run("rm -f evaluate.py")
+    assert (await workspace.evaluate()).score == pytest.approx(task.baseline_score, abs=1e-4)
+    assert (await sandbox.run("ls data/answer.csv")).exit_code != 0  # present only while evaluating
+
+
+async def test_symlinked_answers_and_swapped_data_do_not_score(sandbox: Sandbox) -> None:
+    task = load_task("loanDefault")
+    workspace = await _workspace(task, sandbox)
+    # The answer file is absent now, but a link to it would resolve during evaluation.
+    await sandbox.run("ln -s data/answer.csv submission.csv")
+    linked = await workspace.evaluate()
+    assert not linked.ok and linked.status == "submission_not_found" and "symbolic link" in linked.error
+    # Replace data/ by the agent's own folder holding an answer file that agrees with a fake submission.
+    forge = (
+        "import pandas as p; t = p.read_csv('data/test.csv'); f = t.assign(defaulted=1)[['id', 'defaulted']]; "
+        "f.to_csv('data/answer.csv', index=False); f.to_csv('submission.csv', index=False)"
+    )
+    await sandbox.run(
+        f'rm submission.csv && mv data data.orig && mkdir data && cp data.orig/*.csv data/ && python -c "{forge}"'
+    )
+    swapped = await workspace.evaluate()
+    assert swapped.ok and swapped.score < 0.9  # scored against the real answers, not the agent's
+    assert (await sandbox.run("ls data.orig/train.csv")).exit_code == 0  # the agent's files are kept
+    await sandbox.run("rm -rf data && ln -s /tmp data")
+    relinked = await workspace.evaluate()
+    assert relinked.ok and relinked.score == pytest.approx(swapped.score)
+
+
+async def test_planted_modules_cannot_replace_what_evaluation_imports(sandbox: Sandbox) -> None:
+    task = load_task("loanDefault")
+    workspace = await _workspace(task, sandbox)
+    await sandbox.run("python baseline.py")
+    planted = "import sys\nsys.stdout.write(chr(123) + '\"accuracy\": 1.0' + chr(125))\nsys.exit(0)\n"
+    await sandbox.write_file("/home/agent/workspace/json.py", planted, owner="agent")
+    await sandbox.run("mkdir -p pandas && cp json.py pandas/__init__.py")
+    assert (await workspace.evaluate()).score == pytest.approx(task.baseline_score, abs=1e-4)
+
+
+async def test_background_jobs_cannot_read_secrets_during_evaluation(sandbox: Sandbox) -> None:
+    task = load_task("loanDefault")
+    workspace = await _workspace(task, sandbox)
+    await sandbox.run("python baseline.py")
+    await sandbox.run("(while true; do cat data/answer.csv >> /tmp/leak 2>/dev/null; done) >/dev/null 2>&1 &")
+    for _ in range(3):
+        assert (await workspace.evaluate()).ok
+    assert (await sandbox.run("wc -c < /tmp/leak")).output.strip() == "0"
+    assert (await sandbox.run("echo alive")).output == "alive\n"  # the shell was resumed
+
+
+async def test_game_strategy_is_imported_from_the_workspace(sandbox: Sandbox) -> None:
+    task = load_task("laneMerge")
+    workspace = await _workspace(task, sandbox)
+    assert (await sandbox.run("ls target.py")).exit_code != 0  # the opponent is secret
+    baseline = await workspace.evaluate()
+    await sandbox.run("printf 'def row_strategy(history):\\n    return 0\\n' > strategy.py")
+    always_yield = await workspace.evaluate()
+    assert baseline.ok and always_yield.ok and always_yield.score != baseline.score
+
+
+async def test_missing_submission_is_a_clear_message(sandbox: Sandbox) -> None:
+    workspace = await _workspace(load_task("buildingEnergy"), sandbox)
+    evaluation = await workspace.evaluate()
+    assert evaluation.status == "submission_not_found"
+    assert "No submission file found at /home/agent/workspace/submission.csv" in evaluation.error
+
+
+async def test_mlgym_layout_with_absolute_paths_and_known_leak(sandbox: Sandbox, tmp_path) -> None:
+    task = load_task("shipwreck", write_mlgym_like_root(tmp_path / "MLGym"))
+    workspace = await _workspace(task, sandbox)
+    assert (await sandbox.run("ls data")).output.split() == ["test.csv", "train.csv"]
+    await sandbox.run("cd /tmp && python /home/agent/workspace/baseline.py")
+    evaluation = await workspace.evaluate()
+    assert evaluation.ok and evaluation.metrics == {"accuracy": 0.5} and evaluation.score == 0.5
+
+
+@pytest.mark.parametrize(
+    ("name", "prepare", "status", "message"),
+    [
+        ("chatty", "touch submission.csv", "evaluation_format_error", "one JSON object"),
+        ("modelish", "", "submission_not_found", "*.yaml"),
+        ("modelish", "mkdir -p ckpt && echo a: 1 > ckpt/config.yaml", "ok", ""),
+        ("slow", "", "evaluation_failed", "time limit"),
+        ("crashing", "", "evaluation_failed", "exited with code 3"),  # not mistaken for "no submission"
+    ],
+)
+async def test_evaluation_outcomes(sandbox: Sandbox, tmp_path, name, prepare, status, message) -> None:
+    task = load_task(name, write_mlgym_like_root(tmp_path / "MLGym"))
+    workspace = await _workspace(task, sandbox)
+    if prepare:
+        await sandbox.run(prepare)
+    evaluation = await workspace.evaluate()
+    assert evaluation.status == status and message in (evaluation.error or "")
+    if status == "ok":
+        assert evaluation.metrics == {"Reward Mean": 7.5} and evaluation.score == 7.5

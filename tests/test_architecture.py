@@ -1,0 +1,146 @@
+"""The shape ARCHITECTURE.md promises, checked on the source: layers as folders, small modules, an
+import graph without cycles, each folder importing only the layers below it, and verifiers only where
+the env meets it."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "air"
+TOP_LEVEL = ("air_mlgym", "simple_env")  # the env ids prime-rl and vf-eval import as modules
+MAX_TOP_LEVEL_MODULES = 8
+MAX_LINES = 400
+
+# What each folder of air/ may import (besides itself). The order is the layering bottom-up; a folder
+# never reaches up. Top-level modules (air/*.py, air_mlgym, simple_env) are entry points: anything.
+ALLOWED = {
+    "sandbox": set(),
+    "tasks": {"sandbox"},
+    "env": {"sandbox", "tasks"},
+    "agents": {"env"},
+    "runs": {"sandbox", "tasks", "env", "agents"},
+    "training": {"sandbox", "tasks", "env"},
+    "viewer": {"tasks", "env"},
+    "cli": {"sandbox", "tasks", "env", "agents", "runs", "training", "viewer"},
+}
+# The only modules that import verifiers themselves; everything else reaches it through them or not at all.
+VERIFIERS_IMPORTERS = {"air.env.mlgym_env", "air.env.load", "air_mlgym", "simple_env"}
+
+
+def _source_files() -> dict[str, Path]:
+    files = {}
+    for path in PACKAGE.rglob("*.py"):
+        if "builtin" in path.relative_to(PACKAGE).parts:  # task data (evaluate.py, baselines), not our code
+            continue
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        files[name] = path
+    for name in TOP_LEVEL:
+        files[name] = ROOT / f"{name}.py"
+    return files
+
+
+FILES = _source_files()
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module ``path`` imports, wherever the import stands (functions and TYPE_CHECKING too)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)  # `from air.viewer import stats`
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    return {name: {m for m in _imports(path) if m in FILES and m != name} for name, path in FILES.items()}
+
+
+def _folder(module: str) -> str | None:
+    """The folder of air/ a module lives in; None for the entry points (air/*.py and the top-level env ids)."""
+    parts = FILES[module].relative_to(ROOT).parts
+    return parts[1] if parts[0] == "air" and len(parts) > 2 else None
+
+
+def test_the_package_top_level_holds_few_modules() -> None:
+    modules = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(modules) <= MAX_TOP_LEVEL_MODULES, modules
+    assert set(ALLOWED) == {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+
+
+@pytest.mark.parametrize("module", sorted(FILES))
+def test_no_module_is_long(module: str) -> None:
+    lines = len(FILES[module].read_text().splitlines())
+    assert lines <= MAX_LINES, f"{FILES[module].relative_to(ROOT)} has {lines} lines (at most {MAX_LINES})"
+
+
+def test_the_import_graph_has_no_cycle() -> None:
+    graph = _graph()
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt) :] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (cycle := visit(start)):
+            pytest.fail("import cycle: " + " -> ".join(cycle))
+
+
+def test_each_folder_imports_only_the_layers_below_it() -> None:
+    wrong = []
+    for module, targets in _graph().items():
+        folder = _folder(module)
+        if folder is None:
+            continue
+        for target in targets:
+            other = _folder(target)
+            if other is None and target.startswith("air") and target != "air":
+                wrong.append(f"{module} imports the entry point {target}")
+            elif other is not None and other != folder and other not in ALLOWED[folder]:
+                wrong.append(f"{module} ({folder}/) imports {target} ({other}/)")
+    assert not wrong, "\n".join(sorted(wrong))
+
+
+def test_verifiers_is_imported_only_where_the_env_meets_it() -> None:
+    importers = {name for name, path in FILES.items() if any(m.split(".")[0] == "verifiers" for m in _imports(path))}
+    assert importers <= VERIFIERS_IMPORTERS, sorted(importers - VERIFIERS_IMPORTERS)
+
+
+def test_the_layers_below_the_env_front_load_without_verifiers() -> None:
+    """Sandbox, tasks, rewards, trajectories, agents and the viewer's data work without verifiers: imported
+    in a fresh interpreter, none of them pulls it in (a later verifiers front can stand beside the classic one)."""
+    free = sorted(
+        m
+        for m in FILES
+        if _folder(m) in {"sandbox", "tasks", "agents", "viewer"}
+        or (_folder(m) == "env" and m not in {"air.env.mlgym_env", "air.env.load"})
+    )
+    code = (
+        "import importlib, sys\n"
+        f"for name in {free!r}:\n"
+        "    importlib.import_module(name)\n"
+        "    if 'verifiers' in sys.modules:\n"
+        "        sys.exit(f'{name} imported verifiers')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "air.env.trajectories" in free and "air.agents.server" in free and "air.sandbox.pool" in free

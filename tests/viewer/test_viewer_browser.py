@@ -1,0 +1,112 @@
+"""The viewer in a real browser: `air view` serving on loopback, headless Chromium (Debian's
+package) driven by Playwright. Opens the overview, selects a rollout, steps through it, compares
+two rollouts, and saves screenshots (to $AIR_TEST_ARTIFACTS when set, else the test's tmp folder)."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from air.viewer.index import TrajectoryIndex
+from tests.synthetic_runs import MIXED_ROLLOUTS, write_mixed_folder
+from tests.viewer_server import viewer_server
+
+playwright = pytest.importorskip("playwright.sync_api")
+TIMEOUT_MS = 60_000
+
+
+@pytest.fixture
+def page(chromium: str):
+    with playwright.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, headless=True, args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1500, "height": 1100})
+            page.set_default_timeout(TIMEOUT_MS)
+            yield page
+        finally:
+            browser.close()
+
+
+def _screenshot(page, tmp_path: Path, name: str) -> Path:
+    folder = Path(os.environ.get("AIR_TEST_ARTIFACTS") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    page.screenshot(path=str(path), full_page=True)
+    return path
+
+
+def _settled(page) -> None:
+    """Wait until the script run is over: no element is left over from before it."""
+    page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')")
+    page.locator('[data-testid="stStatusWidget"]').wait_for(state="hidden")
+
+
+def _choose(page, picker: str, typed: str, option: str) -> None:
+    """Open a select box by its label, type to filter its options, click the one matching."""
+    _main(page).locator('[data-testid="stSelectbox"]').filter(has_text=picker).click()
+    page.keyboard.type(typed)
+    page.get_by_role("option", name=re.compile(option)).click()
+
+
+def _main(page):
+    return page.locator('[data-testid="stMain"]')
+
+
+def test_open_select_a_rollout_step_through_it_and_compare(page, tmp_path: Path) -> None:
+    folder = write_mixed_folder(tmp_path / "runs")
+    with viewer_server(folder) as url:
+        page.goto(url)
+        main = _main(page)
+        main.get_by_text("rollouts shown").wait_for()
+        headline = main.locator('[data-testid="stMetric"]').filter(has_text="rollouts shown")
+        assert headline.locator('[data-testid="stMetricValue"]').inner_text() == str(MIXED_ROLLOUTS + 2)
+        unreadable = main.locator('[data-testid="stMetric"]').filter(has_text="unreadable files")
+        assert unreadable.locator('[data-testid="stMetricValue"]').inner_text() == "4"
+        main.locator('[data-testid="stDataFrame"]').wait_for()
+        page.wait_for_function("() => document.querySelectorAll('[data-testid=\"stVegaLiteChart\"]').length >= 5")
+        _settled(page)
+        overview = _screenshot(page, tmp_path, "viewer-overview.png")
+
+        # a row of the table opens its rollout (sorted by reward: the best one is the first row)
+        rows = TrajectoryIndex(folder).refresh().rollouts
+        best = min(rows, key=lambda r: (-(r.reward if r.reward is not None else float("-inf")), r.key))
+        grid = main.locator('[data-testid="stDataFrame"]')
+        grid.scroll_into_view_if_needed()
+        box = grid.bounding_box()
+        page.mouse.click(box["x"] + 18, box["y"] + 52)  # the first row's selection box, under the header
+        main.get_by_text("Jump to step").wait_for()  # the Rollout view opened ...
+        _settled(page)
+        assert main.locator('[data-testid="stCaptionContainer"]').filter(has_text=best.key).is_visible()  # ... on it
+
+        # select a rollout with the picker, typing to filter its options
+        _choose(page, "Rollout", "handmade", "handmade · scripted-improver")
+        main.get_by_text("handmade · scripted-improver", exact=True).wait_for()
+        main.get_by_text("Step 1 of 4: ls -la").wait_for()
+        assert main.get_by_text("quokka_data.csv").is_visible()
+        assert not main.get_by_text("secret plan: look first").is_visible()  # reasoning is folded
+        main.get_by_text("Reasoning (folded)").click()
+        main.get_by_text("secret plan: look first").wait_for()
+
+        main.get_by_role("button", name="Next step ▶").click()
+        main.get_by_text("Format error: 2 fenced code blocks").wait_for()
+        main.get_by_role("button", name="Next step ▶").click()
+        main.get_by_text("exit code 124 · 30.00 s · timed out").wait_for()
+        _settled(page)
+        rollout = _screenshot(page, tmp_path, "viewer-rollout.png")
+        assert "rollout=deep%2Fer%2Fstill%2Fhandmade" in page.url  # the link names the rollout
+
+        # two rollouts side by side
+        main.get_by_text("Compare", exact=True).click()
+        _choose(page, "Right", "mazeRunner", "mazeRunner · acme-tiny-7b")
+        main.get_by_text("mazeRunner · acme-tiny-7b", exact=True).wait_for()
+        main.get_by_text("Step 1 of 7: ls").wait_for()  # the right column's own steps
+        _settled(page)
+        assert main.get_by_text("handmade · scripted-improver", exact=True).is_visible()
+        assert main.get_by_text("Step 1 of 4: ls -la").is_visible()
+        compare = _screenshot(page, tmp_path, "viewer-compare.png")
+
+    for shot in (overview, rollout, compare):
+        assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
