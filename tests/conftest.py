@@ -1,5 +1,10 @@
 """Shared fixtures. Docker tests skip with a reason on a user's machine; in CI (CI set) a missing
-engine or image fails the run instead, so the Docker tests can never silently not run there."""
+engine or image fails the run instead, so the Docker tests can never silently not run there.
+
+Hermetic: the variables a user exports for real runs (MLGYM_ROOT, AIR_IMAGE, ...) are removed for the
+whole session, subprocesses included, so they never change an outcome. The opt-in checkout tests read
+their own copy of MLGYM_ROOT (tests/opt_in.py, captured before the removal) and pass it explicitly.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,26 @@ from pathlib import Path
 import pytest
 
 from air.sandbox.config import SandboxConfig
+from tests import opt_in  # noqa: F401  (captures the opt-in checkouts before the variables go)
+
+# Variables that choose what a run uses (task root, image, prime-rl, the viewer's folder, state, W&B).
+USER_VARIABLES = (
+    "MLGYM_ROOT",
+    "MLGYM_CONFIG_ROOT",
+    "AIR_IMAGE",
+    "AIR_TRAJECTORY_DIR",
+    "AIR_STATE_DIR",
+    "XDG_STATE_HOME",
+    "PRIME_RL_DIR",
+    "OPENAI_API_KEY",
+    "WANDB_API_KEY",
+    "WANDB_PROJECT",
+    "WANDB_NAME",
+    "WANDB_MODE",
+    "WANDB_DIR",
+)
+for _name in USER_VARIABLES:
+    os.environ.pop(_name, None)
 
 
 def _docker_problem() -> tuple[str | None, str]:

@@ -1,4 +1,4 @@
-"""Against a real MLGym checkout, when one is given (MLGYM_ROOT); skipped otherwise.
+"""Against a real MLGym checkout, when one is given (MLGYM_ROOT or AIR_TEST_MLGYM_ROOT); skipped otherwise.
 
 MLGym is CC-BY-NC: nothing of it is in this repository. Point MLGYM_ROOT at a user's checkout to
 check the runtime against it unchanged: every task config loads (or fails with its file named),
@@ -7,7 +7,6 @@ and the game tasks and titanic evaluate with MLGym's own evaluation scripts in o
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -16,11 +15,11 @@ from air.sandbox.container import Sandbox
 from air.tasks.config import TaskError
 from air.tasks.loader import list_tasks, load_task
 from air.tasks.workspace import TaskWorkspace
+from tests.opt_in import mlgym_checkout
 
-ROOT = os.environ.get("MLGYM_ROOT", "")
-pytestmark = pytest.mark.skipif(
-    not (ROOT and (Path(ROOT) / "configs" / "tasks").is_dir()), reason="no MLGym checkout (set MLGYM_ROOT)"
-)
+CHECKOUT = mlgym_checkout()
+ROOT = str(CHECKOUT or "")  # passed explicitly: conftest removes $MLGYM_ROOT from every test's environment
+pytestmark = pytest.mark.skipif(CHECKOUT is None, reason="no MLGym checkout (set MLGYM_ROOT)")
 
 
 def test_every_task_config_loads_or_names_its_file() -> None:
@@ -64,7 +63,7 @@ async def test_titanic_answers_hidden_and_evaluated(sandbox: Sandbox) -> None:
 async def test_a_rollout_with_mlgyms_own_commands(tmp_path: Path, docker_image: str) -> None:
     """MLGym's commands installed from the checkout: open, a guarded multi-line edit, validate, submit."""
     from air.agents.policies import ScriptPolicy
-    from tests.test_mlgym_env import make_env, run_group, trajectories
+    from tests.env.test_mlgym_env import make_env, run_group, trajectories
 
     env = make_env(tmp_path, docker_image, task_root=ROOT, task_configs=["battleOfSexes"], max_turns=6)
     system = env.get_dataset()[0]["prompt"][0]["content"]

@@ -37,7 +37,7 @@ from air.env.rollout import Rollout, _content_of_completion, _exit_status, _json
 from air.env.settings import MLGymEnvSettings
 from air.env.trajectories import BaselineInfo, TrajectoryRecord, Turn, TurnEvaluation, write_trajectory
 from air.sandbox.config import SandboxConfig
-from air.sandbox.errors import SandboxError
+from air.sandbox.errors import SandboxError, SandboxImageMissing
 from air.sandbox.pool import SandboxPool, cleanup_all, destroy_in_background
 from air.tasks.config import TaskError
 from air.tasks.loader import BUILTIN_TASK_ROOT, Task, list_tasks, load_task, resolve_task_root
@@ -156,6 +156,10 @@ class MLGymEnv(vf.MultiTurnEnv):
                 await rollout.sandbox.shell.initialize(self.tools.init_script())
             else:
                 await rollout.sandbox.shell.initialize(BUILTIN_SESSION)
+        except SandboxImageMissing:
+            # Not a vf.Error on purpose: verifiers lets it through, so vf-eval, `air standalone` and
+            # prime-rl stop at the first rollout with the fix named, instead of masking every one.
+            raise
         except (SandboxError, TaskError, OSError) as exc:
             raise vf.SandboxError(f"setting up task {task.name} failed: {exc}") from exc
         except Exception as exc:  # nothing may fail the whole group
@@ -263,6 +267,8 @@ class MLGymEnv(vf.MultiTurnEnv):
         if rollout is None or rollout.finished:
             return
         rollout.finished = True
+        if rollout.sandbox is None and self._pool is not None and self._pool.missing_image is not None:
+            return  # never started, and the run is stopping on the missing image: nothing to record
         cancelled = not state.get("is_completed")
         try:
             if not cancelled and state.get("error") is None and rollout.sandbox is not None:

@@ -17,6 +17,7 @@ from openai import AsyncOpenAI
 
 from air.env.trajectories import TrajectoryError
 from air.env.trajectory_reader import load_trajectory, recorded_commands, recorded_scores
+from air.sandbox.errors import SandboxImageMissing
 
 
 class ReplayError(Exception):
@@ -80,6 +81,8 @@ async def replay_trajectory(
             client = AsyncOpenAI(base_url=server.base_url, api_key="replay", max_retries=0)
             try:
                 outputs = await env.run_group([row], client, "replay", {}, state_columns=["trajectory_path"])
+            except SandboxImageMissing as exc:
+                raise ReplayError(str(exc)) from exc
             finally:
                 await client.close()
         output = dict(outputs[0])

@@ -28,7 +28,7 @@ import docker.errors
 from docker.models.containers import Container
 
 from air.sandbox.config import SandboxConfig, owner_labels, parse_env_gpu
-from air.sandbox.errors import SandboxDied, SandboxError, SandboxStartError
+from air.sandbox.errors import SandboxDied, SandboxError, SandboxStartError, image_missing
 from air.sandbox.shell import CommandResult, Shell
 
 _client: docker.DockerClient | None = None
@@ -48,6 +48,29 @@ def docker_client() -> docker.DockerClient:
                 "`systemctl start docker`) or set DOCKER_HOST."
             ) from exc
     return _client
+
+
+def require_image(config: SandboxConfig, client: docker.DockerClient | None = None) -> str:
+    """The image ``config`` runs, checked to exist (one cheap engine query); raises SandboxImageMissing."""
+    image = config.resolved_image()
+    client = client or docker_client()
+    try:
+        client.images.get(image)
+    except docker.errors.ImageNotFound as exc:
+        raise image_missing(image) from exc
+    except docker.errors.DockerException as exc:
+        raise SandboxStartError(f"Cannot ask the Docker engine for image {image!r}: {exc}") from exc
+    return image
+
+
+def _image_present(client: docker.DockerClient, image: str) -> bool:
+    try:
+        client.images.get(image)
+    except docker.errors.ImageNotFound:
+        return False
+    except docker.errors.DockerException:
+        return True  # cannot tell: report the original error
+    return True
 
 
 def container_kwargs(config: SandboxConfig, labels: dict[str, str]) -> dict[str, Any]:
@@ -93,11 +116,12 @@ class Sandbox:
         kwargs = container_kwargs(config, labels)
         try:
             container = await asyncio.to_thread(client.containers.run, **kwargs)
-        except docker.errors.ImageNotFound as exc:
-            raise SandboxStartError(
-                f"Sandbox image {kwargs['image']!r} not found: build it with `air build-image`."
-            ) from exc
         except docker.errors.DockerException as exc:
+            # Without a registry the SDK's pull-on-missing turns ImageNotFound into a pull error: ask.
+            if isinstance(exc, docker.errors.ImageNotFound) or not await asyncio.to_thread(
+                _image_present, client, kwargs["image"]
+            ):
+                raise image_missing(kwargs["image"]) from exc
             raise SandboxStartError(f"Cannot start a sandbox container: {exc}") from exc
         _track(container.id)
         sandbox = cls(container, config)

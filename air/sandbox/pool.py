@@ -27,8 +27,8 @@ import docker.errors
 import psutil
 
 from air.sandbox.config import LABEL, LABEL_HOST, LABEL_PID, LABEL_STARTED, SandboxConfig
-from air.sandbox.container import Sandbox, destroy_container, docker_client, live_container_ids
-from air.sandbox.errors import SandboxDied, SandboxError
+from air.sandbox.container import Sandbox, destroy_container, docker_client, live_container_ids, require_image
+from air.sandbox.errors import SandboxDied, SandboxError, SandboxImageMissing
 
 log = logging.getLogger(__name__)
 
@@ -142,15 +142,24 @@ class SandboxPool:
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
         self._started = False
+        self._start_lock = asyncio.Lock()
+        self._missing_image: SandboxImageMissing | None = None  # once seen, every acquire fails at once
         self.start_failures: list[str] = []
 
     async def start(self) -> SandboxPool:
         """Reap what dead runs left, install exit handlers, and begin filling the pool."""
-        if not self._started:
-            self._started = True
-            install_exit_handlers()
-            await asyncio.to_thread(reap_orphans)
-            self._refill()
+        async with self._start_lock:  # rollouts acquire concurrently: all wait for the one start
+            if not self._started:
+                install_exit_handlers()
+                await asyncio.to_thread(reap_orphans)
+                try:
+                    await asyncio.to_thread(require_image, self.config)
+                except SandboxImageMissing as exc:
+                    self._missing_image = exc
+                self._started = True
+                self._refill()
+        if self._missing_image is not None:
+            raise self._missing_image
         return self
 
     async def __aenter__(self) -> SandboxPool:
@@ -158,6 +167,11 @@ class SandboxPool:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+    @property
+    def missing_image(self) -> SandboxImageMissing | None:
+        """Set once the image was found missing: every acquire fails with it from then on."""
+        return self._missing_image
 
     @property
     def ready_count(self) -> int:
@@ -179,8 +193,7 @@ class SandboxPool:
         """A started sandbox for one rollout: warm if one is ready, else started now."""
         if self._closed:
             raise SandboxError("pool is closed")
-        if not self._started:
-            await self.start()
+        await self.start()  # once; raises SandboxImageMissing from then on if the image is missing
         try:
             while self._ready:
                 sandbox = self._ready.popleft()
@@ -192,6 +205,9 @@ class SandboxPool:
                     pass
                 destroy_in_background(sandbox)  # went bad while waiting
             return await Sandbox.create(self.config)
+        except SandboxImageMissing as exc:  # removed while the pool ran: no point in starting more
+            self._missing_image = exc
+            raise
         finally:
             self._refill()
 
@@ -200,7 +216,7 @@ class SandboxPool:
         destroy_in_background(sandbox)
 
     def _refill(self) -> None:
-        if self._closed:
+        if self._closed or self._missing_image is not None:
             return
         while len(self._ready) + self._starting < self.size:
             self._starting += 1
@@ -217,6 +233,9 @@ class SandboxPool:
             else:
                 self._ready.append(sandbox)
                 self.start_failures.clear()
+        except SandboxImageMissing as exc:
+            self._missing_image = exc
+            self.start_failures.append(str(exc))
         except SandboxError as exc:
             self.start_failures.append(str(exc))
             log.warning("starting a sandbox failed: %s", exc)

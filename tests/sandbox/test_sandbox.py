@@ -167,3 +167,12 @@ async def test_32_sessions_from_one_event_loop(sandbox_config: SandboxConfig) ->
         await asyncio.gather(*(sb.destroy() for sb in sandboxes))
     client = docker.from_env()
     assert not [c for c in client.containers.list(all=True) if c.id in {sb.id for sb in sandboxes}]
+
+
+@pytest.mark.docker
+async def test_a_missing_image_is_its_own_error_naming_the_fix(docker_image: str) -> None:
+    """With no registry reachable, the SDK's pull-on-missing fails with a pull error: still named as missing."""
+    from air.sandbox.errors import SandboxImageMissing
+
+    with pytest.raises(SandboxImageMissing, match="uv run air build-image"):
+        await Sandbox.create(SandboxConfig(image="air-sandbox:no-such-recipe-0000", run_id="pytest"))

@@ -26,8 +26,9 @@ from tests.mlgym_like import (
     write_mlgym_like_root,
     write_mlgym_like_tools,
 )
+from tests.opt_in import MLGYM_CHECKOUT
 
-MLGYM_ROOT = os.environ.get("MLGYM_ROOT")
+MLGYM_ROOT = MLGYM_CHECKOUT or None  # captured before conftest clears $MLGYM_ROOT
 needs_checkout = pytest.mark.skipif(not MLGYM_ROOT, reason="set MLGYM_ROOT to a real MLGym checkout to run this")
 
 
