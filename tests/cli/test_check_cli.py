@@ -158,3 +158,38 @@ def test_leftovers_of_a_recorded_run_are_reported_and_cleaned(capsys, tmp_path, 
     finally:
         bystander.kill()
         bystander.wait()
+
+
+def test_piped_output_is_one_finding_per_line_at_full_width(tmp_path):
+    """In a CI log or a pipe there is no terminal: no 80-column table splitting key names and paths."""
+    bad = tmp_path / ("a-config-folder-with-a-long-name-" * 3) / "bad.toml"
+    bad.parent.mkdir()
+    bad.write_text((CONFIGS / "rl_2gpu.toml").read_text().replace("rollouts_per_example = 4", "rollout_per_example = 4"))
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "COLUMNS": "80", "AIR_STATE_DIR": str(tmp_path / "s")}
+    result = subprocess.run(
+        [sys.executable, "-m", "air.run_training", "check", "--config", str(bad)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    (finding,) = [line for line in lines if "rollout_per_example" in line]
+    assert finding.startswith("fail  config: ") and str(bad) in finding
+    assert "orchestrator.rollout_per_example: unknown key (did you mean 'rollouts_per_example'?)" in finding
+    assert "┃" not in result.stdout and "│" not in result.stdout  # no table
+    assert lines[-1].startswith("not ready: ") and "fail" in lines[-1]
+
+
+def test_on_a_terminal_the_findings_are_a_table() -> None:
+    import io
+
+    from rich.console import Console
+
+    from air.training.preflight_rows import CheckRow
+    from air.training.preflight_view import render_rows
+
+    out = io.StringIO()
+    render_rows(Console(file=out, force_terminal=True, width=100), [CheckRow("docker", "pass", "engine answers")])
+    assert "air check" in out.getvalue() and "│" in out.getvalue()
