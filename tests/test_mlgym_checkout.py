@@ -98,3 +98,30 @@ def test_the_viewer_reads_every_published_mlgym_run() -> None:
     assert (improvement_by_task(frame)["rollouts"].sum()) == frame["improvement"].notna().sum()
     some = next(r for r in index.rollouts if r.turns > 0)
     assert index.load(some.key).turns[0].model_text
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(600)
+def test_the_seed_command_on_battle_of_sexes_with_mlgym_config_root(tmp_path: Path, docker_image: str) -> None:
+    """The original guide's run: MLGYM_CONFIG_ROOT=<MLGym>/configs, the model at --base-url."""
+    import json
+    import subprocess
+    import sys
+
+    from air.agents.server import PolicyServer
+
+    out = tmp_path / "run"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "MLGYM_CONFIG_ROOT": str(Path(ROOT) / "configs")}
+    with PolicyServer("baseline", model_name="served-by-hand") as server:
+        result = subprocess.run(
+            [sys.executable, "-m", "air.prime_orchestrator", "--task", "battleOfSexes", "--model", "served-by-hand"]
+            + ["--base-url", server.base_url, "--num-steps", "1", "--batch-size", "2"]
+            + ["--rollouts-per-example", "2", "--output-dir", str(out)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=540,
+        )
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["rollouts"] == 2 and summary["masked"] == 0

@@ -13,10 +13,7 @@ def register_policy_server(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "policy-server",
         help="serve a scripted agent as an OpenAI-compatible model (tests and runs without GPUs)",
-        description=(
-            "Serve a scripted policy on an OpenAI-compatible /v1/chat/completions endpoint, so "
-            "vf-eval or `air standalone` can run episodes without model weights. Serves until Ctrl-C."
-        ),
+        description=cmd_policy_server.__doc__,
     )
     parser.add_argument("--policy", default="baseline", help=f"policy spec: {', '.join(SPECS)} (default: baseline)")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
@@ -26,7 +23,8 @@ def register_policy_server(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_policy_server(args: argparse.Namespace) -> int:
-
+    """Serve a scripted policy on an OpenAI-compatible /v1/chat/completions endpoint, so vf-eval or `air
+    standalone` can run episodes without model weights. Serves until Ctrl-C."""
     try:
         return serve_forever(args.policy, host=args.host, port=args.port, seed=args.seed)
     except (PolicySpecError, PolicyServerError) as exc:
@@ -92,24 +90,9 @@ def cmd_standalone(args: argparse.Namespace) -> int:
             env_args[key] = json.loads(value)
         except json.JSONDecodeError:
             env_args[key] = value
-    fields = dict(
-        tasks=args.tasks or ["laneMerge"],
-        task_root=args.task_root,
-        env=args.env,
-        env_args=env_args,
-        steps=args.steps,
-        batch_size=args.batch_size,
-        rollouts_per_example=args.rollouts_per_example,
-        max_turns=args.max_turns,
-        policy=args.policy,
-        base_url=args.base_url,
-        model=args.model,
-        api_key_var=args.api_key_var,
-        temperature=args.temperature,
-        max_tokens=args.max_tokens,
-        seed=args.seed,
-        output_dir=args.output_dir,
-    )
+    # The flags are named as the settings' fields; env_args and the default task are filled in here.
+    fields = {name: getattr(args, name) for name in StandaloneSettings.model_fields if hasattr(args, name)}
+    fields.update(tasks=args.tasks or ["laneMerge"], env_args=env_args)
     try:
         settings = StandaloneSettings(**fields)
     except ValidationError as exc:

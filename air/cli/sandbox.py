@@ -13,11 +13,7 @@ def register_build_image(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "build-image",
         help="build the sandbox image (air-sandbox:<recipe hash>) if it is missing",
-        description=(
-            "Build the Docker image agent rollouts run in, from the recipe in docker/. "
-            "The tag is air-sandbox:<hash of the recipe>; nothing is done when it already exists. "
-            "Progress goes to stderr; the tag is printed on stdout."
-        ),
+        description=cmd_build_image.__doc__,
     )
     parser.add_argument(
         "--base",
@@ -36,6 +32,9 @@ def register_build_image(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_build_image(args: argparse.Namespace) -> int:
+    """Build the Docker image agent rollouts run in, from the recipe in docker/. The tag is air-sandbox:<hash of
+    the recipe>; nothing is done when it already exists. Progress goes to stderr; the tag is printed on
+    stdout."""
     from air.sandbox.image.build import build_image
     from air.sandbox.image.progress import RichProgress
     from air.sandbox.image.recipe import AirImageError, default_image_tag

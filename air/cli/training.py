@@ -11,13 +11,7 @@ def register_check(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "check",
         help="preflight before training: config, Docker, image, tasks, GPUs, endpoint, prime-rl, env, leftovers",
-        description=(
-            "Check everything a training run needs, touching no GPU: the config against prime-rl's schema and "
-            "cross-field rules, the Docker engine and sandbox image, the task root and every task's files and "
-            "data, the GPU layout against nvidia-smi (never kills), an inference endpoint, prime-rl's install, "
-            "air_mlgym loading through verifiers with the config's args, and leftovers of earlier runs. "
-            "Exit status 1 when anything fails."
-        ),
+        description=cmd_check.__doc__,
     )
     parser.add_argument(
         "--config",
@@ -34,6 +28,11 @@ def register_check(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    """Check everything a training run needs, touching no GPU: the config against prime-rl's schema and
+    cross-field rules, the Docker engine and sandbox image, the task root and every task's files and data, the
+    GPU layout against nvidia-smi (never kills), an inference endpoint, prime-rl's install, air_mlgym
+    loading through verifiers with the config's args, and leftovers of earlier runs. Exit status 1 when
+    anything fails."""
     import json
     from pathlib import Path
 
@@ -68,11 +67,7 @@ def register_clean(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "clean",
         help="stop what this project left behind: its labelled containers and the process trees it recorded",
-        description=(
-            "Lists, then with --yes stops, only what air started: sandbox containers carrying air's labels on this "
-            "host whose owning process died, and processes of trees `air train` recorded whose launcher has "
-            "exited. It never kills by process name and never touches other users' processes."
-        ),
+        description=cmd_clean.__doc__,
     )
     parser.add_argument("--yes", action="store_true", help="act: without it, only show what would be stopped")
     parser.add_argument(
@@ -83,6 +78,9 @@ def register_clean(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_clean(args: argparse.Namespace) -> int:
+    """Lists, then with --yes stops, only what air started: sandbox containers carrying air's labels on this host
+    whose owning process died, and processes of trees `air train` recorded whose launcher has exited. It
+    never kills by process name and never touches other users' processes."""
     from rich.console import Console
 
     from air.training.cleanup import execute_clean, plan_clean
@@ -112,12 +110,7 @@ def register_train(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "train",
         help="preflight, then run prime-rl's `rl` on a config from any directory, recording its process tree",
-        description=(
-            "Runs `air check` on the config (stops on a failure), then `uv run rl @ CONFIG` in prime-rl's project "
-            "(UV_PROJECT), from the current directory, in a new session. The launcher's process tree is recorded; "
-            "when it exits, whatever is left of the tree (vLLM workers, trainer ranks) is stopped, and anything "
-            "that survives stays recorded for `air clean`. Ctrl-C is passed to the whole run."
-        ),
+        description=cmd_train.__doc__,
     )
     parser.add_argument("--config", required=True, metavar="FILE", help="a prime-rl rl TOML (configs/mlgym/*.toml)")
     parser.add_argument("--prime-rl", dest="prime_rl", help="prime-rl checkout (default: $PRIME_RL_DIR, ~/prime-rl)")
@@ -128,6 +121,10 @@ def register_train(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    """Runs `air check` on the config (stops on a failure), then `uv run rl @ CONFIG` in prime-rl's project
+    (UV_PROJECT), from the current directory, in a new session. The launcher's process tree is recorded;
+    when it exits, whatever is left of the tree (vLLM workers, trainer ranks) is stopped, and anything
+    that survives stays recorded for `air clean`. Ctrl-C is passed to the whole run."""
     import os
     import shutil
     from pathlib import Path

@@ -15,8 +15,7 @@ def register_view(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "view",
         help="open the trajectory viewer on a folder of rollouts (ours or MLGym runs)",
-        description="Serve the Streamlit trajectory viewer for DIR (our trajectory JSON at any depth, "
-        "MLGym run folders). Prints the URL; on a remote node, forward the port (ssh -L 8501:localhost:8501).",
+        description=cmd_view.__doc__,
     )
     parser.add_argument("directory", help="folder of trajectories, e.g. runs/standalone/trajectories")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
@@ -26,6 +25,8 @@ def register_view(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_view(args: argparse.Namespace) -> int:
+    """Serve the Streamlit trajectory viewer for DIR (our trajectory JSON at any depth, MLGym run folders).
+    Prints the URL; on a remote node, forward the port (ssh -L 8501:localhost:8501)."""
     if importlib.util.find_spec("streamlit") is None:
         raise CommandError(f"the viewer needs Streamlit, which this environment lacks: {INSTALL_HINT}")
     directory = Path(args.directory).expanduser()

@@ -38,16 +38,30 @@ BUILTIN_TASK_ROOT = Path(__file__).resolve().parent / "builtin"
 BUILTIN_NAMES = ("builtin", "built-in")
 
 
-def resolve_task_root(task_root: str | os.PathLike[str] | None = None) -> Path:
-    """The task root: the argument ("builtin" names the built-in tasks), else $MLGYM_ROOT, else built-in."""
+def task_root_source(task_root: str | os.PathLike[str] | None = None) -> tuple[Path, str]:
+    """Where the task root comes from, unchecked: the argument ("builtin" names the built-in tasks), else
+    $MLGYM_ROOT, else the parent of $MLGYM_CONFIG_ROOT (the original guide's ``<MLGym>/configs``), else
+    the built-in tasks."""
     if task_root is not None and str(task_root) in BUILTIN_NAMES:
-        root, source = BUILTIN_TASK_ROOT, "the built-in tasks"
-    elif task_root is not None and str(task_root) != "":
-        root, source = Path(task_root).expanduser(), "the task_root argument"
-    elif os.environ.get("MLGYM_ROOT"):
-        root, source = Path(os.environ["MLGYM_ROOT"]).expanduser(), "$MLGYM_ROOT"
-    else:
-        root, source = BUILTIN_TASK_ROOT, "the built-in tasks"
+        return BUILTIN_TASK_ROOT, "the built-in tasks"
+    if task_root is not None and str(task_root) != "":
+        return Path(task_root).expanduser(), "the task_root argument"
+    if os.environ.get("MLGYM_ROOT"):
+        return Path(os.environ["MLGYM_ROOT"]).expanduser(), "$MLGYM_ROOT"
+    if os.environ.get("MLGYM_CONFIG_ROOT"):
+        configs = Path(os.environ["MLGYM_CONFIG_ROOT"]).expanduser().resolve()
+        if configs.name != "configs":
+            raise TaskError(
+                f"$MLGYM_CONFIG_ROOT is {configs}: it names an MLGym checkout's configs/ folder "
+                "(<MLGym>/configs); or set MLGYM_ROOT to the checkout itself"
+            )
+        return configs.parent, "$MLGYM_CONFIG_ROOT"
+    return BUILTIN_TASK_ROOT, "the built-in tasks"
+
+
+def resolve_task_root(task_root: str | os.PathLike[str] | None = None) -> Path:
+    """The task root (see ``task_root_source``), checked to hold ``configs/tasks/``."""
+    root, source = task_root_source(task_root)
     root = root.resolve()
     if not (root / "configs" / "tasks").is_dir():
         raise TaskError(

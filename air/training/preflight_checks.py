@@ -72,7 +72,7 @@ def check_docker(ctx: _Context) -> Iterator[CheckRow]:
 def check_tasks(ctx: _Context) -> Iterator[CheckRow]:
     from air.env.settings import env_settings_problems
     from air.tasks.config import TaskError
-    from air.tasks.loader import generator_command, list_tasks, load_task, resolve_task_root
+    from air.tasks.loader import generator_command, list_tasks, load_task, resolve_task_root, task_root_source
 
     seen_roots: dict[str, Path | None] = {}
     for entry in ctx.our_envs:
@@ -83,7 +83,9 @@ def check_tasks(ctx: _Context) -> Iterator[CheckRow]:
         if key not in seen_roots:
             try:
                 root = resolve_task_root(raw_root)
-                source = "task_root" if raw_root else ("$MLGYM_ROOT" if os.environ.get("MLGYM_ROOT") else "built-in")
+                source = (
+                    "task_root" if raw_root else task_root_source(None)[1].replace("the built-in tasks", "built-in")
+                )
                 seen_roots[key] = root
                 yield CheckRow("task root", "pass", f"{root} ({source})")
             except TaskError as exc:

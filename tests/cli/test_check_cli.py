@@ -164,7 +164,9 @@ def test_piped_output_is_one_finding_per_line_at_full_width(tmp_path):
     """In a CI log or a pipe there is no terminal: no 80-column table splitting key names and paths."""
     bad = tmp_path / ("a-config-folder-with-a-long-name-" * 3) / "bad.toml"
     bad.parent.mkdir()
-    bad.write_text((CONFIGS / "rl_2gpu.toml").read_text().replace("rollouts_per_example = 4", "rollout_per_example = 4"))
+    bad.write_text(
+        (CONFIGS / "rl_2gpu.toml").read_text().replace("rollouts_per_example = 4", "rollout_per_example = 4")
+    )
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "COLUMNS": "80", "AIR_STATE_DIR": str(tmp_path / "s")}
     result = subprocess.run(
         [sys.executable, "-m", "air.run_training", "check", "--config", str(bad)],

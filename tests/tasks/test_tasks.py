@@ -30,6 +30,19 @@ def test_task_root_comes_from_argument_then_env_then_builtin(mlgym_root, tmp_pat
         resolve_task_root(tmp_path / "nowhere")
 
 
+def test_mlgym_config_root_names_the_checkout_by_its_configs_folder(mlgym_root, tmp_path, monkeypatch) -> None:
+    """The original guide's MLGYM_CONFIG_ROOT=<MLGym>/configs; MLGYM_ROOT wins when both are set."""
+    monkeypatch.setenv("MLGYM_CONFIG_ROOT", str(mlgym_root / "configs"))
+    assert resolve_task_root() == mlgym_root
+    assert list_tasks() == list_tasks(mlgym_root) != list_tasks(BUILTIN_TASK_ROOT)
+    monkeypatch.setenv("MLGYM_ROOT", str(BUILTIN_TASK_ROOT))
+    assert resolve_task_root() == BUILTIN_TASK_ROOT
+    monkeypatch.delenv("MLGYM_ROOT")
+    monkeypatch.setenv("MLGYM_CONFIG_ROOT", str(mlgym_root))  # the checkout, not its configs/
+    with pytest.raises(TaskError, match=r"MLGYM_CONFIG_ROOT.*<MLGym>/configs"):
+        resolve_task_root()
+
+
 def test_builtin_tasks_load_with_baselines() -> None:
     names = list_tasks()
     assert len(names) >= 3
