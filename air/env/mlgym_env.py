@@ -33,7 +33,7 @@ from air.env import prompts
 from air.env.actions import format_error_observation, message_text, parse_action
 from air.env.metrics import metric_names, task_name_of
 from air.env.rewards import RewardTracker
-from air.env.rollout import Rollout, _content_of_completion, _exit_status, _jsonable
+from air.env.rollout import Rollout, content_of_completion, exit_status_of, jsonable
 from air.env.settings import MLGymEnvSettings
 from air.env.trajectories import BaselineInfo, TrajectoryRecord, Turn, TurnEvaluation, write_trajectory
 from air.sandbox.config import SandboxConfig
@@ -279,7 +279,7 @@ class MLGymEnv(vf.MultiTurnEnv):
             log.exception("unexpected failure finishing a rollout")
             state["error"] = vf.SandboxError(f"finishing the rollout failed unexpectedly: {exc!r}")
         finally:
-            rollout.exit_status = _exit_status(rollout, state, cancelled)
+            rollout.exit_status = exit_status_of(rollout, state, cancelled)
             state[RESULT_KEY] = self._result(rollout)
             if rollout.sandbox is not None:
                 destroy_in_background(rollout.sandbox)
@@ -290,7 +290,7 @@ class MLGymEnv(vf.MultiTurnEnv):
         trajectory = state.get("trajectory") or []
         if rollout.handled < len(trajectory) and not rollout.submitted and rollout.exit_status is None:
             # max_turns stopped the rollout before env_response saw the last reply: run it now.
-            text = _content_of_completion(trajectory[-1].get("completion"))
+            text = content_of_completion(trajectory[-1].get("completion"))
             observation, _ = await self._play(rollout, text, after_last_turn=True)
             state["final_env_response"] = [{"role": "user", "content": observation}]
         if not rollout.submitted and (rollout.dirty or rollout.tracker.evaluations == 0):
@@ -327,7 +327,7 @@ class MLGymEnv(vf.MultiTurnEnv):
             step=info.get("step"),
             model=state.get("model"),
             policy=info.get("policy"),
-            sampling_args=_jsonable(state.get("sampling_args") or {}),
+            sampling_args=jsonable(state.get("sampling_args") or {}),
             image=self.sandbox_config.resolved_image(),
             task_root=str(self.task_root),
             env_settings=self.settings.model_dump(mode="json"),

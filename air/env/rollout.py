@@ -37,7 +37,7 @@ class Rollout:
     finished: bool = False
 
 
-def _exit_status(rollout: Rollout, state: Mapping[str, Any], cancelled: bool) -> str:
+def exit_status_of(rollout: Rollout, state: Mapping[str, Any], cancelled: bool) -> str:
     if cancelled:
         return "cancelled"
     if state.get("error") is not None:
@@ -48,17 +48,17 @@ def _exit_status(rollout: Rollout, state: Mapping[str, Any], cancelled: bool) ->
     return {"max_turns_reached": "max_turns", "prompt_too_long": "prompt_too_long"}.get(stop, stop or "unknown")
 
 
-def _content_of_completion(completion: Any) -> str:
+def content_of_completion(completion: Any) -> str:
     if isinstance(completion, list) and completion:
         return message_text(completion[-1])
     return str(completion or "")
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     if isinstance(value, str | int | float | bool) or value is None:
         return value
     return repr(value)

@@ -154,11 +154,11 @@ class Task:
     @property
     def secret_files(self) -> list[str]:
         by_dataset = [f for d in self.config.dataset_configs for f in KNOWN_SECRET_FILES_BY_DATASET.get(d, [])]
-        return _unique([*self.config.secret_files, *KNOWN_SECRET_FILES.get(self.id, []), *by_dataset])
+        return unique([*self.config.secret_files, *KNOWN_SECRET_FILES.get(self.id, []), *by_dataset])
 
     @property
     def read_only_files(self) -> list[str]:
-        return _unique([*self.config.evaluation_paths, *KNOWN_READ_ONLY_FILES.get(self.id, [])])
+        return unique([*self.config.evaluation_paths, *KNOWN_READ_ONLY_FILES.get(self.id, [])])
 
     def workspace_files(self) -> dict[str, Path]:
         """Workspace-relative path -> host file, for every file MLGym's reset would lay out."""
@@ -227,7 +227,7 @@ def _walk(folder: Path, prefix: str) -> dict[str, Path]:
     }
 
 
-def _unique(items: list[str]) -> list[str]:
+def unique(items: list[str]) -> list[str]:
     return list(dict.fromkeys(i.strip("/") for i in items))
 
 

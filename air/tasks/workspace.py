@@ -18,7 +18,7 @@ from air.sandbox.config import WORKSPACE
 from air.sandbox.container import Sandbox
 from air.sandbox.shell import MLGYM_CONDA_BIN
 from air.tasks.config import TaskError, metric_value
-from air.tasks.loader import Task, _unique
+from air.tasks.loader import Task, unique
 
 CONTAINER_SCRIPTS = Path(__file__).resolve().parent / "scripts"  # run as root in the container
 AIR_DIR = "/opt/air"  # root-only folder in the container: pristine copies and our scripts
@@ -78,7 +78,7 @@ class TaskWorkspace:
         task = self.task
         files = task.workspace_files()
         secrets_ = set(task.secret_files)
-        protected = _unique([*task.read_only_files, *secrets_, *(rel for rel in files if rel.startswith("data/"))])
+        protected = unique([*task.read_only_files, *secrets_, *(rel for rel in files if rel.startswith("data/"))])
         missing = [rel for rel in protected if rel not in files]
         if missing:
             raise TaskError(f"Task {task.name}: protected files {missing} are not among its files ({task.config_path})")

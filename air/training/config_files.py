@@ -21,7 +21,7 @@ from typing import Any, Literal
 import jsonschema
 import jsonschema.exceptions
 
-from air.training.config_schema import _resolve, _schema_for, _schema_keys, schema_default
+from air.training.config_schema import resolve_refs, schema_default, schema_for, schema_keys
 
 PRIME_RL_COMMIT = "c87c19ba8672"
 PRIME_RL_REPO = "https://github.com/PrimeIntellect-ai/prime-rl"
@@ -137,7 +137,7 @@ def detect_kind(path: Path, data: dict[str, Any]) -> ConfigKind:
     rl_only = {"trainer", "orchestrator", "inference", "inference_gpu_ids", "trainer_gpu_ids", "teacher_gpu_ids"}
     if rl_only & data.keys():
         return "rl"
-    scores = {kind: len(data.keys() & _schema_keys(kind)) for kind in ("orchestrator", "trainer", "inference")}
+    scores = {kind: len(data.keys() & schema_keys(kind)) for kind in ("orchestrator", "trainer", "inference")}
     for kind, hint in (("orchestrator", "orch"), ("trainer", "train"), ("inference", "infer")):
         if hint in path.stem.lower():
             scores[kind] += 0.5  # the file name breaks ties (orch.toml, train.toml, infer.toml)
@@ -149,7 +149,7 @@ def detect_kind(path: Path, data: dict[str, Any]) -> ConfigKind:
 
 def schema_problems(config: LoadedConfig) -> list[ConfigProblem]:
     """Every place the file breaks prime-rl's schema, unknown keys first, with close matches named."""
-    validator = jsonschema.Draft202012Validator(_schema_for(config.kind))
+    validator = jsonschema.Draft202012Validator(schema_for(config.kind))
     problems = []
     for error in validator.iter_errors(config.data):
         for leaf in _leaf_errors(error):
@@ -177,7 +177,7 @@ def _leaf_errors(error: jsonschema.exceptions.ValidationError) -> Iterator[jsons
 def _describe(config: LoadedConfig, error: jsonschema.exceptions.ValidationError) -> list[ConfigProblem]:
     path = _dotted(error.absolute_path)
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
-        allowed = sorted(_resolve(error.schema).get("properties", {}))
+        allowed = sorted(resolve_refs(error.schema).get("properties", {}))
         out = []
         for key in sorted(set(error.instance) - set(allowed)):
             close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)

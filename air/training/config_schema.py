@@ -25,7 +25,7 @@ def load_schema() -> dict[str, Any]:
     return json.loads(SCHEMA_PATH.read_text())
 
 
-def _schema_for(kind: str) -> dict[str, Any]:
+def schema_for(kind: str) -> dict[str, Any]:
     schema = load_schema()
     name = _KIND_DEFS[kind]
     if name is None:
@@ -33,7 +33,7 @@ def _schema_for(kind: str) -> dict[str, Any]:
     return {"$defs": schema["$defs"], "$ref": f"#/$defs/{name}"}
 
 
-def _resolve(node: dict[str, Any]) -> dict[str, Any]:
+def resolve_refs(node: dict[str, Any]) -> dict[str, Any]:
     """Follow $ref and pick the object branch of `X | None` unions."""
     defs = load_schema()["$defs"]
     for _ in range(10):
@@ -49,19 +49,19 @@ def _resolve(node: dict[str, Any]) -> dict[str, Any]:
     return node
 
 
-def _schema_keys(kind: str) -> set[str]:
-    return set(_resolve(_schema_for(kind)).get("properties", {}))
+def schema_keys(kind: str) -> set[str]:
+    return set(resolve_refs(schema_for(kind)).get("properties", {}))
 
 
 def schema_default(dotted: str) -> Any:
     """prime-rl's default for a key of the combined config, e.g. ``orchestrator.batch_size``."""
-    node = _resolve(load_schema())
+    node = resolve_refs(load_schema())
     default: Any = None
     for part in dotted.split("."):
-        branches = [_resolve(b) for b in node["anyOf"]] if "anyOf" in node else [node]  # e.g. optim: adamw | sgd
+        branches = [resolve_refs(b) for b in node["anyOf"]] if "anyOf" in node else [node]  # e.g. optim: adamw | sgd
         prop = next((b["properties"][part] for b in branches if part in b.get("properties", {})), None)
         if prop is None:
             raise KeyError(dotted)
         default = prop.get("default", default.get(part) if isinstance(default, dict) else None)
-        node = _resolve(prop)
+        node = resolve_refs(prop)
     return default

@@ -12,11 +12,11 @@ from collections.abc import Callable
 
 from air.training.preflight_checks import check_config, check_docker, check_env_loads, check_leftovers, check_tasks
 from air.training.preflight_host import check_endpoint, check_gpus, check_prime_rl
-from air.training.preflight_rows import Check, CheckRow, PreflightOptions, _Context
+from air.training.preflight_rows import Check, CheckRow, PreflightContext, PreflightOptions
 
 
 def run_preflight(options: PreflightOptions, on_row: Callable[[CheckRow], None] | None = None) -> list[CheckRow]:
-    ctx = _Context(options)
+    ctx = PreflightContext(options)
     rows: list[CheckRow] = []
     for check in CHECKS:
         try:

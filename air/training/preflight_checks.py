@@ -10,10 +10,10 @@ from pathlib import Path
 
 from air.training.config_files import PRIME_RL_COMMIT, EnvEntry
 from air.training.config_rules import check_config_files
-from air.training.preflight_rows import NET_TIMEOUT_S, CheckRow, _Context
+from air.training.preflight_rows import NET_TIMEOUT_S, CheckRow, PreflightContext
 
 
-def check_config(ctx: _Context) -> Iterator[CheckRow]:
+def check_config(ctx: PreflightContext) -> Iterator[CheckRow]:
     if not ctx.options.configs:
         yield CheckRow("config", "n/a", "no --config given: checking the env with its defaults")
         return
@@ -31,7 +31,7 @@ def check_config(ctx: _Context) -> Iterator[CheckRow]:
             )
 
 
-def check_docker(ctx: _Context) -> Iterator[CheckRow]:
+def check_docker(ctx: PreflightContext) -> Iterator[CheckRow]:
     from air.sandbox.config import SandboxConfig
     from air.sandbox.container import docker_client
     from air.sandbox.errors import SandboxError
@@ -69,7 +69,7 @@ def check_docker(ctx: _Context) -> Iterator[CheckRow]:
             )
 
 
-def check_tasks(ctx: _Context) -> Iterator[CheckRow]:
+def check_tasks(ctx: PreflightContext) -> Iterator[CheckRow]:
     from air.env.settings import env_settings_problems
     from air.tasks.config import TaskError
     from air.tasks.loader import generator_command, list_tasks, load_task, resolve_task_root, task_root_source
@@ -163,7 +163,7 @@ def _remote_dataset_rows(task: str, ids: list[str], network: bool) -> Iterator[C
         )
 
 
-def check_env_loads(ctx: _Context) -> Iterator[CheckRow]:
+def check_env_loads(ctx: PreflightContext) -> Iterator[CheckRow]:
     import datasets
 
     from air.env.load import load_env
@@ -196,7 +196,7 @@ def _load_fix(entry: EnvEntry) -> str:
     return f"install the env into this venv (`uv pip install {entry.id}`)"
 
 
-def check_leftovers(ctx: _Context) -> Iterator[CheckRow]:
+def check_leftovers(ctx: PreflightContext) -> Iterator[CheckRow]:
     from air.training.cleanup import plan_clean
     from air.training.process_control import live_processes
     from air.training.process_records import load_records

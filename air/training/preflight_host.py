@@ -7,12 +7,12 @@ from collections.abc import Iterator
 
 from air.training.config_files import PRIME_RL_COMMIT
 from air.training.config_rules import gpu_key, gpu_sets
-from air.training.preflight_rows import NET_TIMEOUT_S, CheckRow, _Context
+from air.training.preflight_rows import NET_TIMEOUT_S, CheckRow, PreflightContext
 
 VERIFIERS_RANGE = ">=0.1.10.dev0,<0.1.11"  # the same range as pyproject.toml
 
 
-def check_gpus(ctx: _Context) -> Iterator[CheckRow]:
+def check_gpus(ctx: PreflightContext) -> Iterator[CheckRow]:
     from air.training.gpus import GpuQueryError, GpuRole, check_layout, describe_inventory, query_gpus
 
     roles = []
@@ -38,7 +38,7 @@ def check_gpus(ctx: _Context) -> Iterator[CheckRow]:
         yield CheckRow("gpu layout", finding.status, finding.message, finding.fix)
 
 
-def check_endpoint(ctx: _Context) -> Iterator[CheckRow]:
+def check_endpoint(ctx: PreflightContext) -> Iterator[CheckRow]:
     import httpx
 
     url = ctx.options.endpoint
@@ -75,7 +75,7 @@ def check_endpoint(ctx: _Context) -> Iterator[CheckRow]:
         yield CheckRow("inference endpoint", "pass", f"{url} serves {', '.join(map(str, served))}")
 
 
-def check_prime_rl(ctx: _Context) -> Iterator[CheckRow]:
+def check_prime_rl(ctx: PreflightContext) -> Iterator[CheckRow]:
     from packaging.specifiers import SpecifierSet
 
     from air.training.prime_rl import find_prime_rl

@@ -35,7 +35,7 @@ class PreflightOptions:
 
 
 @dataclass
-class _Context:
+class PreflightContext:
     options: PreflightOptions
     configs: list[LoadedConfig] = field(default_factory=list)
     config_ok: bool = True
@@ -54,7 +54,7 @@ class _Context:
         return [e for e in self.envs if e.id == "air_mlgym"]
 
 
-Check = Callable[[_Context], Iterator[CheckRow]]
+Check = Callable[[PreflightContext], Iterator[CheckRow]]
 
 
 def exit_code(rows: list[CheckRow]) -> int:

@@ -94,7 +94,7 @@ def test_build_context_holds_exactly_the_hashed_files(recipe_copy: Path):
     import tarfile
 
     (recipe_copy / "notes.txt").write_text("x")
-    with tarfile.open(fileobj=recipe._build_context(recipe_copy)) as tar:
+    with tarfile.open(fileobj=recipe.build_context(recipe_copy)) as tar:
         names = sorted(tar.getnames())
     assert names == [rel for rel, _ in recipe.recipe_files(recipe_copy)]
     assert "Dockerfile" in names

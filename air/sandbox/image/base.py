@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import docker
-from air.sandbox.image.progress import Progress, _as_progress, _one_line
+from air.sandbox.image.progress import Progress, as_progress, one_line
 from air.sandbox.image.recipe import (
     BASE_MODES,
     DEBIAN_SUITE,
@@ -40,7 +40,7 @@ def get_client() -> docker.DockerClient:
         client.ping()
     except (DockerException, OSError) as exc:
         raise DockerUnavailableError(
-            f"Cannot reach the Docker engine at {where}: {_one_line(exc)}. "
+            f"Cannot reach the Docker engine at {where}: {one_line(exc)}. "
             "Start it (e.g. `systemctl start docker`, or `dockerd > /var/log/dockerd.log 2>&1 &`) "
             "or point DOCKER_HOST at one."
         ) from exc
@@ -200,7 +200,7 @@ def ensure_debootstrap_base(
     client: docker.DockerClient, progress: Progress | bool | None = False, rebuild: bool = False
 ) -> str:
     """``air-debian-base:bookworm``: reused when already imported, else debootstrapped and imported."""
-    progress = _as_progress(progress)
+    progress = as_progress(progress)
     if not rebuild and image_exists(client, DEBOOTSTRAP_BASE_IMAGE):
         progress.phase(f"Reusing base image {DEBOOTSTRAP_BASE_IMAGE}")
         return DEBOOTSTRAP_BASE_IMAGE
@@ -247,7 +247,7 @@ def ensure_debootstrap_base(
         try:
             client.api.import_image_from_file(str(tarball), repository=repo, tag=tag, changes=changes)
         except DockerException as exc:
-            raise DebootstrapError(f"Importing {DEBOOTSTRAP_BASE_IMAGE} failed: {_one_line(exc)}") from exc
+            raise DebootstrapError(f"Importing {DEBOOTSTRAP_BASE_IMAGE} failed: {one_line(exc)}") from exc
         if not image_exists(client, DEBOOTSTRAP_BASE_IMAGE):
             raise DebootstrapError(f"Importing {DEBOOTSTRAP_BASE_IMAGE} reported success but the tag is missing")
         return DEBOOTSTRAP_BASE_IMAGE
@@ -268,7 +268,7 @@ def pull_image(client: docker.DockerClient, ref: str, progress: Progress) -> Non
             if status:
                 progress.log(status)
     except DockerException as exc:
-        raise BaseImageError(f"Pulling {ref} failed: {_one_line(exc)}") from exc
+        raise BaseImageError(f"Pulling {ref} failed: {one_line(exc)}") from exc
     if not image_exists(client, ref):
         raise BaseImageError(f"Pulling {ref} finished but the image is not there")
 
@@ -286,7 +286,7 @@ def resolve_base(
     - ``auto``: the default base if present locally; else an already imported debootstrap base;
       else try a pull; else debootstrap. Errors from both routes are reported together.
     """
-    progress = _as_progress(progress)
+    progress = as_progress(progress)
     if base not in BASE_MODES:
         raise AirImageError(f"Unknown base mode {base!r}; expected one of {', '.join(BASE_MODES)}")
     registry_base = dockerfile_default_base(recipe_dir)

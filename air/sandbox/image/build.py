@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any, Literal
 if TYPE_CHECKING:
     import docker
 from air.sandbox.image.base import get_client, image_exists, resolve_base
-from air.sandbox.image.progress import Progress, _as_progress, _one_line
-from air.sandbox.image.recipe import IMAGE_REPOSITORY, RECIPE_LABEL, ImageBuildError, _build_context, recipe_hash
+from air.sandbox.image.progress import Progress, as_progress, one_line
+from air.sandbox.image.recipe import IMAGE_REPOSITORY, RECIPE_LABEL, ImageBuildError, build_context, recipe_hash
 
 BaseMode = Literal["auto", "registry", "debootstrap"]
 
@@ -81,7 +81,7 @@ def _run_build(
     error: str | None = None
     try:
         events = client.api.build(
-            fileobj=_build_context(recipe_dir),
+            fileobj=build_context(recipe_dir),
             custom_context=True,
             tag=tag,
             buildargs={"BASE_IMAGE": base_image},
@@ -107,7 +107,7 @@ def _run_build(
                 if not text.lstrip().startswith(_BUILDER_CHATTER):
                     progress.log(text)
     except (DockerException, RequestException) as exc:
-        error = _one_line(exc)
+        error = one_line(exc)
     if error is not None:
         raise ImageBuildError(
             f"Building {tag} failed at {step}\n{error}\n--- last build output ---\n" + "\n".join(tail)
@@ -129,7 +129,7 @@ def build_image(
     :class:`Progress`, True for a rich spinner/plain lines on stderr, or False/None for silence.
     """
     start = time.monotonic()
-    reporter = _as_progress(progress)
+    reporter = as_progress(progress)
     try:
         digest = recipe_hash(recipe_dir)
         tag = f"{IMAGE_REPOSITORY}:{digest}"

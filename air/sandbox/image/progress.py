@@ -9,7 +9,7 @@ if TYPE_CHECKING:
     pass
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     return text or type(exc).__name__
 
@@ -90,7 +90,7 @@ class RichProgress(Progress):
             self._status = None
 
 
-def _as_progress(progress: Progress | bool | None) -> Progress:
+def as_progress(progress: Progress | bool | None) -> Progress:
     if isinstance(progress, Progress):
         return progress
     return RichProgress() if progress else Progress()

@@ -142,7 +142,7 @@ def dockerfile_default_base(recipe_dir: Path | str | None = None) -> str:
     return match.group(1).strip("\"'") if match else DEFAULT_BASE_IMAGE
 
 
-def _build_context(recipe_dir: Path | str | None) -> io.BytesIO:
+def build_context(recipe_dir: Path | str | None) -> io.BytesIO:
     """A tar of exactly the hashed files, with fixed metadata so the build cache is content-keyed."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
