@@ -131,7 +131,7 @@ def test_the_layers_below_the_env_front_load_without_verifiers() -> None:
     free = sorted(
         m
         for m in FILES
-        if _folder(m) in {"sandbox", "tasks", "agents", "viewer"}
+        if (_folder(m) in {"sandbox", "tasks", "agents", "viewer"} and ".scripts." not in m)
         or (_folder(m) == "env" and m not in {"air.env.mlgym_env", "air.env.load"})
     )
     code = (
@@ -144,3 +144,21 @@ def test_the_layers_below_the_env_front_load_without_verifiers() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "air.env.trajectories" in free and "air.agents.server" in free and "air.sandbox.pool" in free
+
+
+OPTIONAL_IN_SCRIPTS = {"numpy"}  # imported under `except ImportError` (seeding, pre-loading), never required
+
+
+def test_the_evaluation_scripts_need_only_the_standard_library() -> None:
+    """air/tasks/scripts/*.py run inside the sandbox, with whatever Python the task's image has (root's
+    runner, the evaluator, the agent's worker): they import the standard library and each other only."""
+    scripts = PACKAGE / "tasks" / "scripts"
+    local = {p.stem for p in scripts.glob("*.py")}
+    stdlib = set(sys.stdlib_module_names)
+    wrong = {
+        f"{path.name}: {name}"
+        for path in scripts.glob("*.py")
+        for name in _imports(path)
+        if name.split(".")[0] not in stdlib | local | {"__future__"} | OPTIONAL_IN_SCRIPTS
+    }
+    assert not wrong, sorted(wrong)

@@ -15,6 +15,7 @@ METRIC_NAMES = (
     "improvement",
     "scored",
     "failed_evaluations",
+    "suspicious_evaluations",
     "validates",
     "format_errors",
     "timeouts",

@@ -247,7 +247,8 @@ class MLGymEnv(vf.MultiTurnEnv):
     async def _evaluate(self, rollout: Rollout, kind: str) -> tuple[Evaluation, TurnEvaluation, float]:
         assert rollout.workspace is not None
         evaluation = await rollout.workspace.evaluate()
-        step_reward = rollout.tracker.record(evaluation.score if evaluation.ok else None)
+        suspicious = evaluation.status == "suspicious"
+        step_reward = rollout.tracker.record(evaluation.score if evaluation.ok else None, suspicious=suspicious)
         rollout.dirty = False
         record = TurnEvaluation(
             status=evaluation.status,
@@ -280,6 +281,8 @@ class MLGymEnv(vf.MultiTurnEnv):
             state["error"] = vf.SandboxError(f"finishing the rollout failed unexpectedly: {exc!r}")
         finally:
             rollout.exit_status = exit_status_of(rollout, state, cancelled)
+            if rollout.tracker.suspicious_evaluations and rollout.exit_status != "error":
+                rollout.exit_status = "suspicious_evaluation"  # stands out in the viewer and W&B
             state[RESULT_KEY] = self._result(rollout)
             if rollout.sandbox is not None:
                 destroy_in_background(rollout.sandbox)

@@ -17,7 +17,8 @@ with an unevaluated workspace is evaluated once more at the end, so an agent tha
              - no_score_penalty (if no evaluation of the rollout ever produced a score)
 
 A failed evaluation (no submission, a crash, unparsable output) earns nothing and does not move
-the reference score. Per-step rewards are for logging: prime-rl trains on the rollout reward.
+the reference score; nor does a suspicious one (a score the metric cannot reach: a forgery), which
+is also counted apart (``suspicious_evaluations``). Per-step rewards are for logging: prime-rl trains on the rollout reward.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class RewardTracker:
     scores: list[float] = field(default_factory=list)
     step_rewards: list[float] = field(default_factory=list)
     failed_evaluations: int = 0
+    suspicious_evaluations: int = 0  # a forged-looking result (outside the metric's range): earns nothing
     _progress: float = 0.0
 
     def progress(self, score: float) -> float:
@@ -67,9 +69,11 @@ class RewardTracker:
         value = sign * (score - self.baseline) / scale
         return max(-self.settings.clip, min(self.settings.clip, value))
 
-    def record(self, score: float | None) -> float:
-        """Record one evaluation; returns its step reward (0 for a failed one)."""
-        if score is None or not math.isfinite(score):
+    def record(self, score: float | None, suspicious: bool = False) -> float:
+        """Record one evaluation; returns its step reward (0 for a failed or suspicious one)."""
+        if suspicious:
+            self.suspicious_evaluations += 1
+        if suspicious or score is None or not math.isfinite(score):
             self.failed_evaluations += 1
             return 0.0
         self.scores.append(score)
@@ -108,4 +112,5 @@ class RewardTracker:
             "improvement": self._progress,
             "scored": 1.0 if self.scores else 0.0,
             "failed_evaluations": float(self.failed_evaluations),
+            "suspicious_evaluations": float(self.suspicious_evaluations),
         }

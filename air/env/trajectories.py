@@ -40,7 +40,7 @@ class TurnEvaluation(BaseModel):
     """One evaluation of the workspace: at a validate, at submit, or at the end of the rollout."""
 
     model_config = _RECORD_CONFIG
-    status: str  # "ok" | "submission_not_found" | "evaluation_format_error" | "evaluation_failed"
+    status: str  # "ok" | "submission_not_found" | "evaluation_format_error" | "evaluation_failed" | "suspicious"
     score: float | None  # the primary metric's value
     metrics: dict[str, Any] | None
     error: str | None = None
@@ -213,6 +213,7 @@ def summary_metrics(record: TrajectoryRecord) -> dict[str, float]:
         "validates": sum(1 for t in record.turns if t.evaluation is not None and t.evaluation.kind == "validate"),
         "format_errors": sum(1 for t in record.turns if t.format_error is not None),
         "timeouts": sum(1 for t in record.turns if t.timed_out),
+        "suspicious_evaluations": sum(1 for e in recorded_evaluations(record) if e.status == "suspicious"),
         "command_time_s": sum(t.duration_s for t in record.turns),
     }
     baseline = record.baseline.score

@@ -88,7 +88,7 @@ def group_advantages(rewards: list[float]) -> list[float]:
 
 def step_statistics(step: int, groups: list[list[dict[str, Any]]], seconds: float) -> dict[str, Any]:
     """What a trainer step would see, from the outputs of its groups (masked rollouts excluded)."""
-    rewards, advantages, validates, errors, zero_groups, scores = [], [], [], 0, 0, []
+    rewards, advantages, validates, errors, zero_groups, scores, suspicious = [], [], [], 0, 0, [], 0
     for outputs in groups:
         kept = [o for o in outputs if not o.get("error")]
         errors += len(outputs) - len(kept)
@@ -101,6 +101,7 @@ def step_statistics(step: int, groups: list[list[dict[str, Any]]], seconds: floa
         for o in kept:
             metrics = o.get("metrics") or {}
             validates.append(float(metrics.get("validates", 0.0)))
+            suspicious += int(metrics.get("suspicious_evaluations", 0.0))
             final = metric_value(metrics, "final_score", task_name_of(o))
             if final is not None:
                 scores.append(float(final))
@@ -116,6 +117,7 @@ def step_statistics(step: int, groups: list[list[dict[str, Any]]], seconds: floa
         "zero_advantage_groups": zero_groups / len(groups) if groups else math.nan,
         "validates_per_rollout": _mean(validates),
         "final_score_mean": _mean(scores),
+        "suspicious_evaluations": suspicious,
         "seconds": seconds,
     }
 

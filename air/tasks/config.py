@@ -55,6 +55,10 @@ class TaskConfig(BaseModel):
     secret_files: list[str] = Field(default_factory=list)
     memory_path: str | None = None
     benchmark_name: str | None = None
+    # air-agent's own field for a user's tasks (MLGym's configs do not have it): the primary metric's
+    # attainable range, [low, high] with null for no bound. A score outside it is a forged one (the
+    # evaluation is marked suspicious and earns nothing). Known tasks: KNOWN_SCORE_RANGES.
+    score_range: tuple[float | None, float | None] | None = None
 
 
 # --- what MLGym's configs do not say ---------------------------------------------------------
@@ -76,6 +80,31 @@ KNOWN_READ_ONLY_FILES: dict[str, list[str]] = {
     "prisonersDilemma": ["target.py"],
     "blotto": ["target.py"],
 }
+# The attainable range of the primary metric (by task id), where the metric bounds it: accuracies, R^2,
+# BLEU, the games' payoffs per round, losses and times. None: unbounded on that side. Our own tasks are
+# here too, not in their YAML, so that MLGym itself still loads them (its TaskConfig has no such key).
+KNOWN_SCORE_RANGES: dict[str, tuple[float | None, float | None]] = {
+    "laneMerge": (0.0, 5.0),  # payoff per round: 0, 1, 3 or 5
+    "loanDefault": (0.0, 1.0),  # accuracy
+    "buildingEnergy": (None, 1.0),  # R^2
+    "battleOfSexes": (0.0, 2.0),
+    "prisonersDilemma": (0.0, 5.0),
+    "blotto": (-1.0, 1.0),
+    "titanicSurvival": (0.0, 1.0),
+    "imageClassificationCifar10": (0.0, 1.0),
+    "imageClassificationFMnist": (0.0, 1.0),
+    "imageCaptioningCOCO": (0.0, 1.0),
+    "naturalLanguageInferenceMNLI": (0.0, 100.0),
+    "regressionHousePrice": (None, 1.0),
+    "regressionHousingPrice": (None, 1.0),
+    "regressionKaggleHousePrice": (None, 1.0),
+    "regressionKaggleHousePriceL1": (None, 1.0),
+    "3SATTime": (0.0, None),
+    "languageModelingFineWeb": (0.0, None),
+    "rlMountainCarContinuous": (None, 100.0),
+    "rlMountainCarContinuousReinforce": (None, 100.0),
+}
+
 # Primary metric and direction of MLGym's tasks whose first baseline key is not the primary one,
 # or where lower is better.
 KNOWN_PRIMARY_METRICS: dict[str, tuple[str, bool]] = {

@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from air.tasks.config import (
+    KNOWN_SCORE_RANGES,
     DEFAULT_TRAINING_TIMEOUT,
     KNOWN_PRIMARY_METRICS,
     KNOWN_READ_ONLY_FILES,
@@ -150,6 +151,11 @@ class Task:
     def baseline_score(self) -> float | None:
         metric = self.primary_metric
         return metric_value(self.baseline, metric) if metric else None
+
+    @property
+    def score_range(self) -> tuple[float | None, float | None] | None:
+        """The primary metric's attainable range: the config's ``score_range``, else MLGym's table."""
+        return self.config.score_range or KNOWN_SCORE_RANGES.get(self.id)
 
     @property
     def secret_files(self) -> list[str]:

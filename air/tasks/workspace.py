@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import math
 import os
 import secrets
 import tarfile
@@ -22,6 +23,8 @@ from air.tasks.loader import Task, unique
 
 CONTAINER_SCRIPTS = Path(__file__).resolve().parent / "scripts"  # run as root in the container
 AIR_DIR = "/opt/air"  # root-only folder in the container: pristine copies and our scripts
+AIR_LIB = "/opt/air-lib"  # the evaluation's own code (root's, readable by all, no secrets)
+PRIVATE_COPY = "/opt/air-eval/task"  # the evaluator's copy of the task, unreachable by the agent
 
 
 @dataclass(frozen=True)
@@ -31,7 +34,7 @@ class Evaluation:
     metrics: dict[str, Any] | None
     score: float | None  # the primary metric, when the evaluation succeeded
     error: str | None = None  # what went wrong, worded for the agent
-    status: Literal["ok", "submission_not_found", "evaluation_format_error", "evaluation_failed"] = "ok"
+    status: Literal["ok", "submission_not_found", "evaluation_format_error", "evaluation_failed", "suspicious"] = "ok"
     submission: str | None = None
     duration_s: float = 0.0
     stderr: str = ""
@@ -105,28 +108,27 @@ class TaskWorkspace:
         if code != 0:
             raise TaskError(f"Laying out task {task.name} in the sandbox failed: {out.strip()[-2000:]}")
 
-    def evaluation_command(self) -> tuple[str, list[str]]:
-        """(submission kind, argv) for this task's entrypoint; ``{submission}`` is filled in later."""
+    def evaluation_command(self) -> tuple[str, str, list[str]]:
+        """(submission kind, runner mode, evaluator argv) for this task's entrypoint; ``{submission}`` is
+        filled in later. The evaluator runs the pristine script from its private copy (PRIVATE_COPY)."""
         task = self.task
-        script = f"{WORKSPACE}/{task.config.evaluation_paths[0]}" if task.config.evaluation_paths else None
-        if script is None:
+        if not task.config.evaluation_paths:
             raise TaskError(f"Task {task.name} has no evaluation_paths ({task.config_path})")
+        script = f"{PRIVATE_COPY}/{task.config.evaluation_paths[0]}"
         entry = task.entrypoint
+        mode = _RUNNER_MODES[entry]
         if entry == "LMSubmissionTasks":
             gpus = "$(nvidia-smi --list-gpus 2>/dev/null | wc -l)"
-            return "none", ["bash", "-c", f"n={gpus}; torchrun --nproc_per_node=$((n>0?n:1)) --standalone {script}"]
+            torchrun = f"n={gpus}; torchrun --nproc_per_node=$((n>0?n:1)) --standalone {script}"
+            return "none", mode, ["bash", "-c", torchrun]
         kind, args = _SUBMISSIONS.get(entry, ("none", []))
-        # -I: stdlib and site-packages come before the workspace, so a planted json.py or numpy/
-        # cannot replace what the evaluation imports; the workspace is still importable (strategy.py).
-        bootstrap = (
-            "import runpy, sys; script = sys.argv[1]; sys.argv = sys.argv[1:]; "
-            f"sys.path.append({WORKSPACE!r}); runpy.run_path(script, run_name='__main__')"
-        )
-        return kind, [self.python, "-I", "-B", "-c", bootstrap, script, *args]
+        # -I: stdlib and site-packages come before the private copy, so a planted json.py or numpy/
+        # cannot replace what the evaluation imports (eval_bootstrap.py sets the rest of sys.path).
+        return kind, mode, [self.python, "-I", "-B", f"{AIR_LIB}/eval_bootstrap.py", mode, script, *args]
 
     async def evaluate(self) -> Evaluation:
         """Evaluate the workspace as root, from pristine evaluation files; secrets only present meanwhile."""
-        kind, argv = self.evaluation_command()
+        kind, mode, argv = self.evaluation_command()
         separator = f"=====AIR-EVAL-{secrets.token_hex(8)}====="
         timeout = self.task.training_timeout
         start = time.perf_counter()
@@ -138,6 +140,7 @@ class TaskWorkspace:
                 str(timeout),
                 separator,
                 kind,
+                mode,
                 *argv,
             ],
             timeout=timeout + 120,
@@ -151,22 +154,64 @@ class TaskWorkspace:
         rc_text, _, stderr = rest.partition("\n")
         if rc_text.strip() == "no-submission":  # the script's own word, not an exit code
             return Evaluation(None, None, stderr.strip(), "submission_not_found", duration_s=duration)
-        rc = int(rc_text.strip() or -1)
+        rc_word, _, overflow = rc_text.strip().partition(" ")
+        rc = int(rc_word or -1)
         submission = f"{WORKSPACE}/submission.csv" if kind == "csv" else None
+        if overflow:  # a score channel flooded (only agent code can make an evaluator do that)
+            size = overflow.partition(":")[2]
+            message = f"The evaluation printed {size} bytes on stdout (at most 1 MB are read): no score."
+            return Evaluation(None, None, message, "evaluation_failed", submission, duration, stderr)
         if rc != 0:
             why = "was stopped after the time limit" if rc in (124, 137) else f"exited with code {rc}"
             message = f"The evaluation script {why}.\n{(stderr or stdout).strip()[-3000:]}"
             return Evaluation(None, None, message, "evaluation_failed", submission, duration, stderr)
+        agent_code_ran = mode == "model"  # MLGym's model evaluators load the agent's code in-process
         try:
             metrics = parse_metrics(self.task.entrypoint, stdout)
         except ValueError as exc:
-            return Evaluation(None, None, str(exc), "evaluation_format_error", submission, duration, stderr)
+            status = "suspicious" if agent_code_ran else "evaluation_format_error"
+            return Evaluation(None, None, str(exc), status, submission, duration, stderr)
         metric = self.task.primary_metric
         score = metric_value(metrics, metric) if metric else None
         if score is None and metrics:  # no baseline to name the metric: the first numeric value
             score = next((float(v) for v in metrics.values() if isinstance(v, int | float)), None)
+        problem = suspicion(self.task, metrics, score, agent_code_ran)
+        if problem:
+            return Evaluation(metrics, None, problem, "suspicious", submission, duration, stderr)
         return Evaluation(metrics, score, None, "ok", submission, duration, stderr)
 
+
+def suspicion(task: Task, metrics: dict[str, Any], score: float | None, agent_code_ran: bool) -> str | None:
+    """Why an evaluation's result cannot be genuine, or None. A score outside the metric's attainable
+    range (``score_range``) or not finite is forged; where the agent's code ran inside the evaluator,
+    metrics that are not the task's (other keys than its baseline's, non-numeric values) are too."""
+    if score is not None and not math.isfinite(score):
+        return f"The evaluation reported a non-finite score ({score}): not counted."
+    bounds = task.score_range
+    if score is not None and bounds is not None:
+        low, high = bounds
+        if (low is not None and score < low) or (high is not None and score > high):
+            return (
+                f"The evaluation reported {score:g}, outside what {task.primary_metric} can reach "
+                f"([{low if low is not None else '-inf'}, {high if high is not None else 'inf'}]): not counted."
+            )
+    if agent_code_ran and task.baseline:
+        expected = {k.lower() for k in task.baseline}
+        got = {str(k).lower() for k in metrics}
+        numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in metrics.values())
+        if got != expected or not numeric:
+            return f"The evaluation's output {sorted(got)} is not the task's metrics {sorted(expected)}: not counted."
+    return None
+
+
+# Where the agent's code runs during evaluation: "python", behind a process boundary (eval_runner.py);
+# "plain", nowhere (CSV files are read as data); "model", inside the evaluator (MLGym's scripts load it).
+_RUNNER_MODES = {
+    "PythonSubmissionTasks": "python",
+    "CSVSubmissionTasks": "plain",
+    "ModelSubmissionTasks": "model",
+    "LMSubmissionTasks": "model",
+}
 
 # What each entrypoint submits (checked before evaluating) and the arguments its script takes.
 _SUBMISSIONS: dict[str, tuple[str, list[str]]] = {
@@ -188,7 +233,7 @@ def _stage_archive(
         tar.addfile(info, io.BytesIO(raw))
 
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        for script in sorted(CONTAINER_SCRIPTS.glob("*.sh")):
+        for script in sorted([*CONTAINER_SCRIPTS.glob("*.sh"), *CONTAINER_SCRIPTS.glob("*.py")]):
             add(f"bin/{script.name}", path=script, mode=0o755)
         for rel, path in files.items():
             if rel not in secret:

@@ -53,6 +53,7 @@ class RolloutSummary:
     validates: int
     evaluations: int  # validates, submits and the end-of-rollout evaluation
     format_errors: int
+    suspicious_evaluations: int  # results outside the metric's range: forged, earned nothing
     timeouts: int
     duration_s: float | None
     started_at: datetime
@@ -101,6 +102,7 @@ def summarise(record: TrajectoryRecord, path: Path, root: Path) -> RolloutSummar
         validates=int(counts["validates"]),
         evaluations=len(recorded_evaluations(record)),
         format_errors=int(counts["format_errors"]),
+        suspicious_evaluations=int(counts["suspicious_evaluations"]),
         timeouts=int(counts["timeouts"]),
         duration_s=_number(record.duration_s),
         started_at=record.started_at,

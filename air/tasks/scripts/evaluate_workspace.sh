@@ -1,16 +1,18 @@
 #!/bin/bash
 # Runs as root for every evaluation, so the agent cannot change what is evaluated:
-#  1. freeze the agent's processes (no race with a background job during evaluation);
+#  1. freeze the agent's processes, again and again until none runs (a forking loop cannot slip by);
 #  2. check the submission is a regular file (a symlink could point at an answer file);
-#  3. put every protected path (evaluation scripts, data/, read-only and secret files) back
-#     from the pristine copy, replacing whatever the agent left there, symlinked parents included;
-#  4. run the evaluation command in the workspace with a clean environment and a time limit;
+#  3. put every protected path (evaluation scripts, data/, read-only and secret files) back into the
+#     workspace from the pristine copy, replacing whatever the agent left there, symlinked parents
+#     included; secrets arrive readable only by the evaluator's user (root:air-eval 0640);
+#  4. hand over to eval_runner.py: the evaluator runs as the unprivileged air-eval user from its own
+#     private copy of the task, the agent's code (Python tasks) in a separate process as the agent;
 #  5. remove the secret files again and let the agent's processes go on (also on failure).
-# Prints the evaluation's stdout, a separator line, its exit code (or "no-submission"), then the
-# tail of its stderr.
+# Prints the runner's framed output: the evaluation's stdout, a separator line, its exit code (or
+# "no-submission"), then the tail of its stderr.
 set -u
-agent=$1 timeout_s=$2 separator=$3 submission_kind=$4
-shift 4
+agent=$1 timeout_s=$2 separator=$3 submission_kind=$4 mode=$5
+shift 5
 WS=/home/agent/workspace
 AIR=/opt/air
 
@@ -18,8 +20,13 @@ finish() {
   while IFS= read -r rel; do rm -rf "${WS:?}/$rel"; done < "$AIR/secret.txt"
   pkill -CONT -u "$agent" 2>/dev/null
 }
-pkill -STOP -u "$agent" 2>/dev/null
 trap finish EXIT
+for _ in $(seq 50); do
+  pkill -STOP -u "$agent" 2>/dev/null
+  # R/S/D: any process of the agent not stopped yet (a child forked while we were stopping its parent);
+  # the container's init (pid 1) ignores SIGSTOP
+  pgrep -u "$agent" -r R,S,D 2>/dev/null | grep -qvx 1 || break
+done
 
 # A missing submission is reported with a word where the exit code goes: no script's code can collide.
 fail() { printf '\n%s\nno-submission\n%s\n' "$separator" "$1"; exit 0; }
@@ -37,8 +44,9 @@ case "$submission_kind" in
     ;;
 esac
 
+secret() { grep -qxF -- "$1" "$AIR/secret.txt"; }
 restore() {  # $1: workspace-relative path
-  local rel=$1 dir=$WS part
+  local rel=$1 dir=$WS part staged
   local IFS=/
   for part in $(dirname "$rel"); do
     [ "$part" = . ] && continue
@@ -49,18 +57,19 @@ restore() {  # $1: workspace-relative path
     [ -d "$dir" ] || install -d -o root -g root -m 755 "$dir"
   done
   rm -rf "${WS:?}/$rel"
-  cp -a "$AIR/pristine/$rel" "$WS/$rel"
+  if secret "$rel"; then  # made private in root's folder, then moved in: never readable by the agent
+    staged=$(mktemp -p "$AIR")
+    cp "$AIR/pristine/$rel" "$staged" && chown root:air-eval "$staged" && chmod 640 "$staged"
+    mv -f "$staged" "$WS/$rel"
+  else
+    cp -a "$AIR/pristine/$rel" "$WS/$rel"
+  fi
 }
 while IFS= read -r rel; do restore "$rel"; done < "$AIR/protected.txt"
 
 args=()
 for arg in "$@"; do args+=("${arg//\{submission\}/$submission}"); done
-cd "$WS" || fail "workspace missing"
-env -i PATH="$(cat "$AIR/path.txt")" HOME=/root LANG=C.UTF-8 PYTHONDONTWRITEBYTECODE=1 \
-  ${NVIDIA_VISIBLE_DEVICES:+NVIDIA_VISIBLE_DEVICES=$NVIDIA_VISIBLE_DEVICES} \
-  timeout -s KILL "$timeout_s" "${args[@]}" > "$AIR/eval.stdout" 2> "$AIR/eval.stderr"
-rc=$?
-head -c 1000000 "$AIR/eval.stdout"
-printf '\n%s\n%d\n' "$separator" "$rc"
-tail -c 20000 "$AIR/eval.stderr"
+runner_python=$(command -v python3 || echo "${args[0]}")
+"$runner_python" -I -B /opt/air-lib/eval_runner.py --mode "$mode" --timeout "$timeout_s" --agent "$agent" \
+  --separator "$separator" -- "${args[@]}"
 exit 0

@@ -1,0 +1,133 @@
+"""The agent's side of an evaluation: runs as the agent's user, without the secrets, with a memory and
+process limit, and answers the evaluator's calls into the agent's modules (stdlib only; it runs in the
+sandbox). Whatever the agent's code does here (print, exit, patch builtins, fork) happens in this
+process, not in the evaluator's: the evaluator only ever sees plain data or an error.
+
+    python -B agent_worker.py REGION_FD WAKE_FD WORKSPACE
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import marshal
+import os
+import pickle
+import sys
+import traceback
+
+from call_channel import Channel, ChannelClosed, NotPlainData, to_plain
+
+CALLABLE = {"__air_callable__": True}  # how a function is announced (never a value from to_plain)
+TRACEBACK_LIMIT = 8000
+
+
+def _error(kind: str, message: str) -> bytes:
+    return json.dumps(["err", kind, message[-TRACEBACK_LIMIT:]]).encode()
+
+
+def _describe(value):
+    if callable(value) and not isinstance(value, type(sys)):
+        return CALLABLE
+    return to_plain(value)
+
+
+def _module_names(module) -> dict:
+    names = {}
+    for name, value in list(vars(module).items()):
+        if name.startswith("__") or isinstance(value, type(sys)):
+            continue
+        try:
+            names[name] = _describe(value)
+        except NotPlainData:
+            continue  # an object that cannot cross: reachable only by calling what returns it (refused then)
+    return names
+
+
+def _apply_seeds(seeds: dict) -> None:
+    """The evaluator seeded its global generators: the agent's code sees the same seeds here."""
+    if "random" in seeds:
+        import random
+
+        random.seed(seeds["random"])
+    if "numpy" in seeds:
+        try:
+            import numpy
+        except ImportError:
+            return
+        numpy.random.seed(seeds["numpy"])
+
+
+def _result(result) -> bytes:
+    if type(result) is int:
+        return b"i%d" % result
+    return json.dumps(["ok", to_plain(result)]).encode()
+
+
+def call_known(request: bytes, functions: dict) -> bytes:
+    """The hot path (``b"C" fid args``): a game calls this ~100,000 times."""
+    name, function = functions[int.from_bytes(request[1:5], "little")]
+    try:
+        return _result(function(*marshal.loads(request[5:])))
+    except NotPlainData as exc:
+        return _error("unplain", f"{name} returned a value the evaluator cannot take: {exc}")
+    except BaseException:  # SystemExit and KeyboardInterrupt from the agent's code too: its failure
+        return _error("exception", traceback.format_exc())
+
+
+def handle(request: bytes, modules: dict, functions: dict) -> bytes:
+    decode = marshal.loads if request[:1] == b"m" else pickle.loads
+    op, module_name, name, args, kwargs, seeds, fid = decode(request[1:])  # from the trusted evaluator
+    if seeds:
+        _apply_seeds(seeds)
+    try:
+        if op == "call":
+            function = getattr(modules[module_name], name)
+            if fid is not None:
+                functions[fid] = (f"{module_name}.{name}", function)
+            return _result(function(*args, **(kwargs or {})))
+        if op == "import":
+            modules[module_name] = importlib.import_module(module_name)
+            return json.dumps(["ok", _module_names(modules[module_name])]).encode()
+        module = modules[module_name]
+        if op == "getattr":
+            if not hasattr(module, name):
+                return _error("attribute", f"module {module_name!r} has no attribute {name!r}")
+            return json.dumps(["ok", _describe(getattr(module, name))]).encode()
+        return _error("protocol", f"unknown request {op!r}")
+    except NotPlainData as exc:
+        return _error("unplain", f"{module_name}.{name} returned a value the evaluator cannot take: {exc}")
+    except BaseException:  # SystemExit and KeyboardInterrupt from the agent's code too: its failure
+        kind = "import" if op == "import" else "exception"
+        return _error(kind, traceback.format_exc())
+
+
+def main() -> None:
+    region_fd, wake_fd, workspace = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    channel = Channel("worker", region_fd, wake_fd)
+    try:  # started beside the evaluator, so the strategy's own `import numpy` costs the evaluation nothing
+        import numpy  # noqa: F401
+    except ImportError:
+        pass
+    sys.path.insert(0, workspace)
+    sys.argv = ["strategy"]
+    modules: dict = {}
+    functions: dict = {}
+    seen = 0
+    while True:
+        seq, request = channel.receive(seen)
+        seen = seq
+        reply = call_known(request, functions) if request[:1] == b"C" else handle(request, modules, functions)
+        if len(reply) > 4 * 1024 * 1024:
+            reply = _error("unplain", f"the reply is {len(reply)} bytes; at most 4 MiB can cross")
+        channel.send(seq, reply)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except ChannelClosed:
+        os._exit(0)  # the evaluator is done
+    except Exception as exc:  # the evaluator sees the channel close and reports it
+        print(f"air agent worker stopped: {type(exc).__name__}: {exc}", file=sys.stderr)
+        os._exit(3)

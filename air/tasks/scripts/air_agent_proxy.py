@@ -1,0 +1,199 @@
+"""The evaluator's stand-in for the agent's modules (stdlib only; runs in the trusted evaluator process).
+
+During evaluation of a Python-entrypoint task, each of the agent's top-level modules (strategy.py, ...)
+is replaced, in the evaluator's private copy of the task, by a two-line file that calls ``bind``. The
+evaluator imports it by name (MLGym's games: ``from strategy import row_strategy``) or by path (ours),
+and gets a module whose functions forward each call to the agent's worker process. Only plain data
+comes back; an exception, a crash, a hang or garbage on the agent's side raises ``AgentCodeError``
+here, which the evaluation reports as the agent's failure.
+
+When the evaluator seeds ``random`` or ``numpy.random``, the seed travels with the next call, so a
+strategy that draws random numbers sees the same draws as it would in-process.
+"""
+
+from __future__ import annotations
+
+import json
+import marshal
+import os
+import pickle
+import sys
+from pathlib import Path
+
+from call_channel import Channel, ChannelClosed, ChannelTimeout, NotPlainData, from_plain
+
+CALL_TIMEOUT_S = float(os.environ.get("AIR_AGENT_CALL_TIMEOUT_S", "30"))
+
+
+class AgentCodeError(RuntimeError):
+    """The agent's code failed, hung, died or answered with something that is not plain data."""
+
+
+class _Connection:
+    def __init__(self, region_fd: int, wake_fd: int) -> None:
+        self.channel = Channel("evaluator", region_fd, wake_fd)
+        self.seq = 0
+        self.broken: str | None = None
+        self.seeds: dict = {}
+        self.declared: set[int] = set()  # function ids the worker knows (sent once with their names)
+
+    def call(self, fid: int, module: str, name: str, args: tuple, kwargs: dict):
+        """The hot path: a game calls this ~100,000 times. ``b"C" fid args`` once the worker knows fid."""
+        if fid in self.declared and not kwargs and not self.seeds and not self.broken:
+            try:
+                payload = _CALL_PREFIX[fid] + marshal.dumps(args)
+            except ValueError:
+                payload = None
+            if payload is not None:
+                return self._exchange(payload, "call", module, name)
+        result = self.request("call", module, name, args, kwargs, fid)
+        self.declared.add(fid)
+        return result
+
+    def _exchange(self, payload: bytes, op: str, module: str, name: str):
+        channel = self.channel
+        self.seq = seq = self.seq + 1
+        try:
+            channel.send(seq, payload)
+            got, reply = channel.receive(seq - 1, CALL_TIMEOUT_S)
+        except ChannelTimeout:
+            self.broken = f"{module}.{name or 'import'} did not return within {CALL_TIMEOUT_S:g} s (per-call limit)"
+            raise AgentCodeError(self.broken) from None
+        except (ChannelClosed, ValueError) as exc:
+            self.broken = f"the process running the agent's code died or broke the protocol ({exc})"
+            raise AgentCodeError(self.broken) from None
+        if got != seq:
+            self.broken = f"the agent's side broke the protocol (reply numbered {got}, expected {seq})"
+            raise AgentCodeError(self.broken)
+        if op == "call" and reply[:1] == b"i" and len(reply) <= 64:  # the worker's short form of an int
+            try:
+                return int(reply[1:])
+            except ValueError:
+                pass
+        return self._decode_reply(reply, op, module, name)
+
+    def request(self, op: str, module: str, name: str = "", args: tuple = (), kwargs: dict | None = None, fid=None):
+        if self.broken:
+            raise AgentCodeError(self.broken)
+        seeds, self.seeds = self.seeds, {}
+        payload = _encode((op, module, name, args, kwargs, seeds, fid))
+        return self._exchange(payload, op, module, name)
+
+    def _decode_reply(self, reply: bytes, op: str, module: str, name: str):
+        try:
+            status, *rest = json.loads(reply)
+            if status == "ok" and len(rest) == 1:
+                if op == "import":
+                    if type(rest[0]) is not dict:
+                        raise TypeError("module names")
+                    return {key: _decode(value) for key, value in rest[0].items()}
+                return _decode(rest[0]) if op == "getattr" else from_plain(rest[0])
+            if status == "err" and len(rest) == 2 and all(type(x) is str for x in rest):
+                kind, message = rest
+                raise AgentCodeError(f"{module}.{name or ''} failed ({kind}) in the agent's code:\n{message}")
+        except (ValueError, NotPlainData, TypeError, RecursionError) as exc:
+            self.broken = f"garbage from the agent's side ({type(exc).__name__})"
+            raise AgentCodeError(self.broken) from None
+        self.broken = "malformed reply from the agent's side"
+        raise AgentCodeError(self.broken)
+
+
+def _encode(message: tuple) -> bytes:
+    """The evaluator's request: marshal (twice as fast as pickle for the plain data games pass), else
+    pickle. Only the agent's side decodes it, so neither needs to be safe against forged input."""
+    try:
+        return b"m" + marshal.dumps(message)
+    except ValueError:
+        pass
+    try:
+        return b"p" + pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:
+        raise AgentCodeError(f"the evaluator's arguments to {message[1]}.{message[2]} cannot be sent: {exc}") from exc
+
+
+_CALLABLE = object()
+
+
+def _decode(value):
+    return _CALLABLE if value == {"__air_callable__": True} else from_plain(value)
+
+_connection: _Connection | None = None
+
+
+def _connect() -> _Connection:
+    global _connection
+    if _connection is None:
+        fds = os.environ.get("AIR_AGENT_CHANNEL", "")
+        if not fds:
+            raise AgentCodeError("no agent worker for this evaluation")
+        region_fd, wake_fd = (int(x) for x in fds.split(","))
+        _connection = _Connection(region_fd, wake_fd)
+        _patch_seeding(_connection)
+    return _connection
+
+
+def _patch_seeding(connection: _Connection) -> None:
+    """Seeds the evaluator sets on its global generators are forwarded with the next call."""
+    import random
+
+    original = random.seed
+
+    def seed(a=None, version=2):
+        original(a, version)
+        connection.seeds["random"] = a
+
+    random.seed = seed
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        original_np = numpy.random.seed
+
+        def np_seed(value=None):
+            original_np(value)
+            connection.seeds["numpy"] = value
+
+        numpy.random.seed = np_seed
+
+
+_CALL_PREFIX: list[bytes] = []  # b"C" + the function id, per id
+
+
+class RemoteFunction:
+    """A function of the agent's, called in the agent's process."""
+
+    def __init__(self, module: str, name: str) -> None:
+        self._module, self.__name__, self.__qualname__ = module, name, name
+        self._fid = len(_CALL_PREFIX)
+        _CALL_PREFIX.append(b"C" + self._fid.to_bytes(4, "little"))
+
+    def __call__(self, *args, **kwargs):
+        return (_connection or _connect()).call(self._fid, self._module, self.__name__, args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"<agent function {self._module}.{self.__name__}>"
+
+
+def bind(namespace: dict) -> None:
+    """Fill a proxy module's namespace with the agent module's names (the agent's import runs now)."""
+    name = Path(namespace["__file__"]).stem
+    connection = _connect()
+    try:
+        names = connection.request("import", name)
+    except AgentCodeError as exc:
+        raise ImportError(f"importing the agent's {name}.py failed: {exc}", name=name) from None
+    for attr, value in names.items():
+        if type(attr) is str and not attr.startswith("__"):
+            namespace[attr] = RemoteFunction(name, attr) if value is _CALLABLE else value
+
+    def __getattr__(attr: str):  # names the agent's module gains later, or private ones
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        try:
+            value = connection.request("getattr", name, attr)
+        except AgentCodeError as exc:
+            raise AttributeError(f"module {name!r} has no attribute {attr!r} ({exc})") from None
+        return RemoteFunction(name, attr) if value is _CALLABLE else value
+
+    namespace["__getattr__"] = __getattr__
+
+
+PROXY_SOURCE = "from air_agent_proxy import bind\nbind(globals())\n"

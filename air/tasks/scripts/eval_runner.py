@@ -1,0 +1,269 @@
+"""The trusted part of an evaluation (runs as root in the sandbox; stdlib only).
+
+    eval_runner.py --mode python|plain|model --timeout S --agent USER -- EVALUATOR_ARGV...
+
+1. Lays out the evaluator's private copy of the task (/opt/air-eval/task): the pristine evaluation files,
+   data and secrets, readable only by root and the evaluator's user; for Python-entrypoint tasks each of
+   the agent's top-level modules is a proxy there (air_agent_proxy).
+2. ``python`` mode: starts the agent's worker as the agent's user (no secrets, memory and process limits,
+   the OOM killer's first choice) with a shared-memory call channel to the evaluator.
+3. Runs the evaluator as the unprivileged evaluator user with a clean environment, a fresh home and a
+   time limit. Its stdout is the score channel: only this process reads it, from a pipe.
+4. Afterwards: kills the worker, every process the agent's user started during the evaluation and
+   every process of the evaluator's user, and deletes what the evaluator's user left behind.
+
+Prints the evaluator's stdout (first MiB), a separator line, its exit code, then the stderr tail (the
+evaluator's, then the agent worker's output). Exit code 124 means the time limit was hit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import grp
+import os
+import pwd
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -I leaves the script's folder out
+from call_channel import REGION_SIZE  # noqa: E402
+
+AIR = Path("/opt/air")
+LIB = Path("/opt/air-lib")
+EVAL_ROOT = Path("/opt/air-eval")
+PRIVATE = EVAL_ROOT / "task"
+EVAL_HOME = EVAL_ROOT / "home"
+WORKSPACE = Path("/home/agent/workspace")
+EVALUATOR_USER = "air-eval"
+STDOUT_KEEP = 1_000_000
+STDERR_KEEP = 20_000
+WORKER_MEMORY = 2 * 1024**3  # address space of the agent's worker
+WORKER_PROCESSES = 0  # RLIMIT_NPROC: the worker may not fork or start threads
+EVALUATOR_PROCESSES = 512
+LEFTOVER_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/home")
+
+
+class Drain(threading.Thread):
+    """Reads a pipe to its end, keeping the head or the tail (a 1 GB output costs no memory or disk)."""
+
+    def __init__(self, fd: int, keep: int, tail: bool) -> None:
+        super().__init__(daemon=True)
+        self.fd, self.keep, self.tail = fd, keep, tail
+        self.data = bytearray()
+        self.dropped = 0
+
+    def run(self) -> None:
+        while chunk := os.read(self.fd, 1 << 16):
+            self.data += chunk
+            if len(self.data) > self.keep:
+                over = len(self.data) - self.keep
+                self.dropped += over
+                if self.tail:
+                    del self.data[:over]
+                else:
+                    del self.data[self.keep :]
+        os.close(self.fd)
+
+
+def _chown_tree(root: Path, gid: int) -> None:
+    for path in [root, *root.rglob("*")]:
+        if path.is_symlink():
+            path.unlink()  # nothing in the private copy points elsewhere
+            continue
+        os.chown(path, 0, gid)
+        executable = path.is_dir() or path.stat().st_mode & 0o100
+        os.chmod(path, 0o750 if executable else 0o640)
+
+
+def prepare_private_copy(mode: str, protected: set[str], gid: int) -> None:
+    shutil.rmtree(EVAL_ROOT, ignore_errors=True)
+    EVAL_ROOT.mkdir(mode=0o750)
+    os.chown(EVAL_ROOT, 0, gid)
+    shutil.copytree(AIR / "pristine", PRIVATE, symlinks=True)
+    if mode == "python":
+        from air_agent_proxy import PROXY_SOURCE
+
+        for path in WORKSPACE.glob("*.py"):
+            if path.name not in protected and path.stem.isidentifier() and not (PRIVATE / path.name).exists():
+                (PRIVATE / path.name).write_text(PROXY_SOURCE)
+    _chown_tree(PRIVATE, gid)
+    EVAL_HOME.mkdir(mode=0o700)
+
+
+def _limits(memory: int | None, processes: int):
+    def apply() -> None:
+        if memory:
+            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+    return apply
+
+
+def _oom_first(pid: int) -> None:
+    """Make the process the OOM killer's first choice (a memory bomb must not take the evaluator)."""
+    try:
+        with open(f"/proc/{pid}/oom_score_adj", "w") as f:
+            f.write("1000")
+    except OSError:
+        pass
+
+
+def _processes_of(uid: int) -> list[tuple[int, int]]:
+    """(pid, start time in clock ticks) of every live process of ``uid``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{entry}").st_uid != uid:
+                continue
+            fields = open(f"/proc/{entry}/stat").read().rpartition(")")[2].split()
+            if fields[0] in ("Z", "X"):
+                continue  # dead already, waiting to be reaped
+            start = int(fields[19])
+        except (OSError, ValueError, IndexError):
+            continue
+        found.append((int(entry), start))
+    return found
+
+
+def _my_start_ticks() -> int:
+    return int(open("/proc/self/stat").read().rpartition(")")[2].split()[19])
+
+
+def kill_all(uid: int, started_after: int | None = None) -> None:
+    """SIGKILL every process of ``uid`` (only those started after the tick, when given), until none is left."""
+    for _ in range(50):
+        victims = [pid for pid, start in _processes_of(uid) if started_after is None or start >= started_after]
+        if not victims:
+            return
+        for pid in victims:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.01)
+
+
+def remove_leftovers(uid: int) -> None:
+    """Files the evaluator's user created where others could find them later (a channel to the agent)."""
+    for top in LEFTOVER_DIRS:
+        for dirpath, dirnames, filenames in os.walk(top, topdown=False):
+            for name in filenames + dirnames:
+                path = os.path.join(dirpath, name)
+                try:
+                    if os.lstat(path).st_uid == uid:
+                        shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
+                except OSError:
+                    pass
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--mode", choices=("python", "plain", "model"), required=True)
+    parser.add_argument("--timeout", type=float, required=True)
+    parser.add_argument("--agent", required=True)
+    parser.add_argument("--separator", required=True)
+    parser.add_argument("argv", nargs=argparse.REMAINDER)
+    args = parser.parse_args()
+    evaluator_argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+    agent = pwd.getpwnam(args.agent)
+    evaluator = pwd.getpwnam(EVALUATOR_USER)
+    gid = grp.getgrnam(EVALUATOR_USER).gr_gid
+    protected = {line.strip() for line in open(AIR / "protected.txt") if line.strip()}
+    path_env = open(AIR / "path.txt").read().strip()
+    started = _my_start_ticks()
+
+    prepare_private_copy(args.mode, protected, gid)
+    os.chown(EVAL_HOME, evaluator.pw_uid, gid)
+    env = {"PATH": path_env, "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+    if os.environ.get("NVIDIA_VISIBLE_DEVICES"):
+        env["NVIDIA_VISIBLE_DEVICES"] = os.environ["NVIDIA_VISIBLE_DEVICES"]
+    python = evaluator_argv[0]
+    worker = worker_out = None
+    pass_fds: tuple[int, ...] = ()
+    if args.mode == "python":
+        region = os.memfd_create("air-channel")
+        os.ftruncate(region, REGION_SIZE)
+        for_evaluator, for_worker = socket.socketpair()
+        worker_read, worker_write = os.pipe()
+        worker = subprocess.Popen(
+            [python, "-B", str(LIB / "agent_worker.py"), str(region), str(for_worker.fileno()), str(WORKSPACE)],
+            cwd=WORKSPACE,
+            env={**env, "HOME": agent.pw_dir, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"},
+            stdin=subprocess.DEVNULL,
+            stdout=worker_write,
+            stderr=worker_write,
+            pass_fds=(region, for_worker.fileno()),
+            user=agent.pw_uid,
+            group=agent.pw_gid,
+            extra_groups=[],
+            start_new_session=True,
+            preexec_fn=_limits(WORKER_MEMORY, WORKER_PROCESSES),
+        )
+        _oom_first(worker.pid)
+        os.close(worker_write)
+        for_worker.close()
+        worker_out = Drain(worker_read, STDERR_KEEP, tail=True)
+        worker_out.start()
+        env["AIR_AGENT_CHANNEL"] = f"{region},{for_evaluator.fileno()}"
+        pass_fds = (region, for_evaluator.fileno())
+    out_read, out_write = os.pipe()
+    err_read, err_write = os.pipe()
+    evaluation = subprocess.Popen(
+        evaluator_argv,
+        cwd=PRIVATE if args.mode == "python" else WORKSPACE,
+        env={**env, "HOME": str(EVAL_HOME), "TMPDIR": str(EVAL_HOME)},
+        stdin=subprocess.DEVNULL,
+        stdout=out_write,
+        stderr=err_write,
+        pass_fds=pass_fds,
+        user=evaluator.pw_uid,
+        group=gid,
+        extra_groups=[],
+        start_new_session=True,
+        preexec_fn=_limits(None, EVALUATOR_PROCESSES),
+    )
+    os.close(out_write)
+    os.close(err_write)
+    if args.mode == "python":
+        os.close(region)
+        for_evaluator.close()
+    stdout, stderr = Drain(out_read, STDOUT_KEEP, tail=False), Drain(err_read, STDERR_KEEP, tail=True)
+    stdout.start()
+    stderr.start()
+    try:
+        rc = evaluation.wait(timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        rc = 124
+    kill_all(evaluator.pw_uid)
+    if worker is not None:
+        kill_all(agent.pw_uid, started_after=started)  # the worker and whatever it started
+        worker.wait()
+    for drain in (stdout, stderr, worker_out):
+        if drain is not None:
+            drain.join(timeout=10)
+    remove_leftovers(evaluator.pw_uid)
+    shutil.rmtree(EVAL_ROOT, ignore_errors=True)
+
+    out = sys.stdout.buffer
+    out.write(bytes(stdout.data))
+    overflow = f" stdout-overflow:{stdout.dropped + len(stdout.data)}" if stdout.dropped else ""
+    out.write(f"\n{args.separator}\n{rc}{overflow}\n".encode())
+    out.write(bytes(stderr.data))
+    if worker_out is not None and worker_out.data:
+        out.write(b"\n[output of the agent's code during evaluation]\n" + bytes(worker_out.data))
+    out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
