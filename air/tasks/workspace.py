@@ -71,10 +71,13 @@ def parse_metrics(entrypoint: str, stdout: str) -> dict[str, Any]:
 class TaskWorkspace:
     """A task laid out in one sandbox: set up once, evaluated any number of times."""
 
-    def __init__(self, task: Task, sandbox: Sandbox) -> None:
+    def __init__(self, task: Task, sandbox: Sandbox, agent_code_boundary: bool = True) -> None:
         self.task = task
         self.sandbox = sandbox
         self.python = "python3"
+        # False only to measure what the boundary costs (benchmarks/env.py): the agent's modules are then
+        # imported into the evaluator as MLGym does, and can forge the score.
+        self.agent_code_boundary = agent_code_boundary
 
     async def setup(self) -> None:
         """Lay out the workspace as MLGym does (without its reset defect), secrets held back."""
@@ -117,6 +120,8 @@ class TaskWorkspace:
         script = f"{PRIVATE_COPY}/{task.config.evaluation_paths[0]}"
         entry = task.entrypoint
         mode = _RUNNER_MODES[entry]
+        if mode == "python" and not self.agent_code_boundary:
+            mode = "direct"
         if entry == "LMSubmissionTasks":
             gpus = "$(nvidia-smi --list-gpus 2>/dev/null | wc -l)"
             torchrun = f"n={gpus}; torchrun --nproc_per_node=$((n>0?n:1)) --standalone {script}"
@@ -165,7 +170,7 @@ class TaskWorkspace:
             why = "was stopped after the time limit" if rc in (124, 137) else f"exited with code {rc}"
             message = f"The evaluation script {why}.\n{(stderr or stdout).strip()[-3000:]}"
             return Evaluation(None, None, message, "evaluation_failed", submission, duration, stderr)
-        agent_code_ran = mode == "model"  # MLGym's model evaluators load the agent's code in-process
+        agent_code_ran = mode in ("model", "direct")  # the agent's code ran inside the evaluator
         try:
             metrics = parse_metrics(self.task.entrypoint, stdout)
         except ValueError as exc:

@@ -113,14 +113,16 @@ def main() -> None:
     sys.argv = ["strategy"]
     modules: dict = {}
     functions: dict = {}
-    seen = 0
-    while True:
-        seq, request = channel.receive(seen)
-        seen = seq
-        reply = call_known(request, functions) if request[:1] == b"C" else handle(request, modules, functions)
+
+    def handle_request(request: bytes) -> bytes:
+        if request[:1] == b"C":
+            return call_known(request, functions)
+        reply = handle(request, modules, functions)
         if len(reply) > 4 * 1024 * 1024:
             reply = _error("unplain", f"the reply is {len(reply)} bytes; at most 4 MiB can cross")
-        channel.send(seq, reply)
+        return reply
+
+    channel.serve(handle_request)
 
 
 if __name__ == "__main__":

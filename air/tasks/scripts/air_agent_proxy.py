@@ -51,11 +51,9 @@ class _Connection:
         return result
 
     def _exchange(self, payload: bytes, op: str, module: str, name: str):
-        channel = self.channel
         self.seq = seq = self.seq + 1
         try:
-            channel.send(seq, payload)
-            got, reply = channel.receive(seq - 1, CALL_TIMEOUT_S)
+            got, reply = self.channel.exchange(seq, payload, CALL_TIMEOUT_S)
         except ChannelTimeout:
             self.broken = f"{module}.{name or 'import'} did not return within {CALL_TIMEOUT_S:g} s (per-call limit)"
             raise AgentCodeError(self.broken) from None

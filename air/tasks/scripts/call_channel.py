@@ -86,6 +86,77 @@ class Channel:
             except OSError as exc:
                 raise ChannelClosed(f"the other side is gone ({exc})") from exc
 
+    def exchange(self, seq: int, payload: bytes, timeout_s: float) -> tuple[int, bytes]:
+        """send + receive in one call (the evaluator's hot path: each call here is ~0.1 us saved)."""
+        size = len(payload)
+        if size > SLOT_CAPACITY:
+            raise ValueError(f"message of {size} bytes exceeds the channel's {SLOT_CAPACITY} bytes")
+        region, at = self.region, self._send_at
+        region[at + SLOT_HEADER : at + SLOT_HEADER + size] = payload
+        _HEADER.pack_into(region, at + _HEADER_AT, seq, size)
+        region[at] = seq & 0xFF
+        if region[self._peer_flag]:
+            try:
+                self.wake.send(b"w")
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError as exc:
+                raise ChannelClosed(f"the other side is gone ({exc})") from exc
+        at, old = self._recv_at, (seq - 1) & 0xFF
+        if region[at] == old:
+            if self.spin_s:
+                spin_until = time.perf_counter() + self.spin_s
+                while region[at] == old:
+                    for _ in range(64):
+                        if region[at] != old:
+                            break
+                    else:
+                        if time.perf_counter() > spin_until:
+                            break
+            if region[at] == old:
+                self._sleep(old, timeout_s)
+        got, size = _HEADER.unpack_from(region, at + _HEADER_AT)
+        if size > SLOT_CAPACITY:
+            raise ChannelClosed(f"malformed message length {size}")
+        return got, region[at + SLOT_HEADER : at + SLOT_HEADER + size]
+
+    def serve(self, handle) -> None:
+        """The worker's loop: each request's payload -> ``handle(payload)`` -> the reply, until closed."""
+        region, rat, sat = self.region, self._recv_at, self._send_at
+        unpack, pack, peer, spin_s, clock = _HEADER.unpack_from, _HEADER.pack_into, self._peer_flag, self.spin_s, time.perf_counter
+        seq = 0
+        while True:
+            old = seq & 0xFF
+            if region[rat] == old:
+                if spin_s:
+                    spin_until = clock() + spin_s
+                    while region[rat] == old:
+                        for _ in range(64):
+                            if region[rat] != old:
+                                break
+                        else:
+                            if clock() > spin_until:
+                                break
+                if region[rat] == old:
+                    self._sleep(old, None)
+            seq, size = unpack(region, rat + _HEADER_AT)
+            if size > SLOT_CAPACITY:
+                raise ChannelClosed(f"malformed message length {size}")
+            reply = handle(region[rat + SLOT_HEADER : rat + SLOT_HEADER + size])
+            size = len(reply)
+            if size > SLOT_CAPACITY:
+                raise ValueError(f"reply of {size} bytes exceeds the channel's {SLOT_CAPACITY} bytes")
+            region[sat + SLOT_HEADER : sat + SLOT_HEADER + size] = reply
+            pack(region, sat + _HEADER_AT, seq, size)
+            region[sat] = seq & 0xFF
+            if region[peer]:
+                try:
+                    self.wake.send(b"w")
+                except (BlockingIOError, InterruptedError):
+                    pass
+                except OSError as exc:
+                    raise ChannelClosed(f"the other side is gone ({exc})") from exc
+
     def receive(self, after: int, timeout_s: float | None = None) -> tuple[int, bytes]:
         """Wait for the message after number ``after``; returns (its seq as written, payload)."""
         region, at, old = self.region, self._recv_at, after & 0xFF

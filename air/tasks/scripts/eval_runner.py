@@ -1,16 +1,18 @@
 """The trusted part of an evaluation (runs as root in the sandbox; stdlib only).
 
-    eval_runner.py --mode python|plain|model --timeout S --agent USER -- EVALUATOR_ARGV...
+    eval_runner.py --mode python|plain|model|direct --timeout S --agent USER -- EVALUATOR_ARGV...
 
 1. Lays out the evaluator's private copy of the task (/opt/air-eval/task): the pristine evaluation files,
    data and secrets, readable only by root and the evaluator's user; for Python-entrypoint tasks each of
-   the agent's top-level modules is a proxy there (air_agent_proxy).
+   the agent's top-level modules is a proxy there (air_agent_proxy). ``direct`` (benchmarks only, to
+   measure what the boundary costs) copies the agent's modules in instead, as MLGym runs them.
 2. ``python`` mode: starts the agent's worker as the agent's user (no secrets, memory and process limits,
    the OOM killer's first choice) with a shared-memory call channel to the evaluator.
 3. Runs the evaluator as the unprivileged evaluator user with a clean environment, a fresh home and a
    time limit. Its stdout is the score channel: only this process reads it, from a pipe.
 4. Afterwards: kills the worker, every process the agent's user started during the evaluation and
-   every process of the evaluator's user, and deletes what the evaluator's user left behind.
+   every process of the evaluator's user, and (``model`` mode, where the agent's code ran as the
+   evaluator) deletes what the evaluator's user left behind.
 
 Prints the evaluator's stdout (first MiB), a separator line, its exit code, then the stderr tail (the
 evaluator's, then the agent worker's output). Exit code 124 means the time limit was hit.
@@ -87,12 +89,15 @@ def prepare_private_copy(mode: str, protected: set[str], gid: int) -> None:
     EVAL_ROOT.mkdir(mode=0o750)
     os.chown(EVAL_ROOT, 0, gid)
     shutil.copytree(AIR / "pristine", PRIVATE, symlinks=True)
-    if mode == "python":
+    if mode in ("python", "direct"):
         from air_agent_proxy import PROXY_SOURCE
 
         for path in WORKSPACE.glob("*.py"):
             if path.name not in protected and path.stem.isidentifier() and not (PRIVATE / path.name).exists():
-                (PRIVATE / path.name).write_text(PROXY_SOURCE)
+                if mode == "python":
+                    (PRIVATE / path.name).write_text(PROXY_SOURCE)
+                elif path.is_file() and not path.is_symlink():
+                    shutil.copyfile(path, PRIVATE / path.name)
     _chown_tree(PRIVATE, gid)
     EVAL_HOME.mkdir(mode=0o700)
 
@@ -166,9 +171,24 @@ def remove_leftovers(uid: int) -> None:
                     pass
 
 
+def close_shared_writes(uid: int) -> None:
+    """Model tasks run the agent's code as the evaluator: files and folders the agent made writable by
+    others would let it leave what it read for the agent to find. Take that write permission away."""
+    for top in LEFTOVER_DIRS:
+        for dirpath, dirnames, filenames in os.walk(top):
+            for name in dirnames + filenames:
+                path = os.path.join(dirpath, name)
+                try:
+                    st = os.lstat(path)
+                    if st.st_uid == uid and st.st_mode & 0o002 and not os.path.islink(path):
+                        os.chmod(path, st.st_mode & ~0o002)
+                except OSError:
+                    pass
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--mode", choices=("python", "plain", "model"), required=True)
+    parser.add_argument("--mode", choices=("python", "plain", "model", "direct"), required=True)
     parser.add_argument("--timeout", type=float, required=True)
     parser.add_argument("--agent", required=True)
     parser.add_argument("--separator", required=True)
@@ -183,8 +203,12 @@ def main() -> int:
     started = _my_start_ticks()
 
     prepare_private_copy(args.mode, protected, gid)
+    if args.mode == "model":
+        close_shared_writes(agent.pw_uid)
     os.chown(EVAL_HOME, evaluator.pw_uid, gid)
     env = {"PATH": path_env, "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+    if args.mode == "model":  # torch.load of the agent's files: tensors only, no pickled code (torch >= 2.4)
+        env["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
     if os.environ.get("NVIDIA_VISIBLE_DEVICES"):
         env["NVIDIA_VISIBLE_DEVICES"] = os.environ["NVIDIA_VISIBLE_DEVICES"]
     python = evaluator_argv[0]
@@ -220,7 +244,7 @@ def main() -> int:
     err_read, err_write = os.pipe()
     evaluation = subprocess.Popen(
         evaluator_argv,
-        cwd=PRIVATE if args.mode == "python" else WORKSPACE,
+        cwd=PRIVATE if args.mode in ("python", "direct") else WORKSPACE,
         env={**env, "HOME": str(EVAL_HOME), "TMPDIR": str(EVAL_HOME)},
         stdin=subprocess.DEVNULL,
         stdout=out_write,
@@ -251,7 +275,8 @@ def main() -> int:
     for drain in (stdout, stderr, worker_out):
         if drain is not None:
             drain.join(timeout=10)
-    remove_leftovers(evaluator.pw_uid)
+    if args.mode == "model":  # only there did code the agent controls run as the evaluator
+        remove_leftovers(evaluator.pw_uid)
     shutil.rmtree(EVAL_ROOT, ignore_errors=True)
 
     out = sys.stdout.buffer
