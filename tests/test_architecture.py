@@ -146,7 +146,7 @@ def test_the_layers_below_the_env_front_load_without_verifiers() -> None:
     assert "air.env.trajectories" in free and "air.agents.server" in free and "air.sandbox.pool" in free
 
 
-OPTIONAL_IN_SCRIPTS = {"numpy"}  # imported under `except ImportError` (seeding, pre-loading), never required
+OPTIONAL_IN_SCRIPTS = {"numpy"}  # imported under `except ImportError` (seeding), never required
 
 
 def test_the_evaluation_scripts_need_only_the_standard_library() -> None:

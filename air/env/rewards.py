@@ -18,7 +18,8 @@ with an unevaluated workspace is evaluated once more at the end, so an agent tha
 
 A failed evaluation (no submission, a crash, unparsable output) earns nothing and does not move
 the reference score; nor does a suspicious one (a score the metric cannot reach: a forgery), which
-is also counted apart (``suspicious_evaluations``). Per-step rewards are for logging: prime-rl trains on the rollout reward.
+is also counted apart (``suspicious_evaluations``). Per-step rewards are for logging: prime-rl
+trains on the rollout reward.
 """
 
 from __future__ import annotations

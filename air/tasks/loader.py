@@ -19,10 +19,10 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from air.tasks.config import (
-    KNOWN_SCORE_RANGES,
     DEFAULT_TRAINING_TIMEOUT,
     KNOWN_PRIMARY_METRICS,
     KNOWN_READ_ONLY_FILES,
+    KNOWN_SCORE_RANGES,
     KNOWN_SECRET_FILES,
     KNOWN_SECRET_FILES_BY_DATASET,
     DatasetConfig,

@@ -23,7 +23,9 @@ TABLE_COLUMNS = {
     "turns": st.column_config.NumberColumn("turns"),
     "validates": st.column_config.NumberColumn("validates"),
     "format_errors": st.column_config.NumberColumn("format errors"),
-    "suspicious_evaluations": st.column_config.NumberColumn("suspicious", help="evaluations with a forged-looking score"),
+    "suspicious_evaluations": st.column_config.NumberColumn(
+        "suspicious", help="evaluations with a forged-looking score"
+    ),
     "duration_s": st.column_config.NumberColumn("duration (s)", format="%.1f"),
     "started_at": st.column_config.DatetimeColumn("started", format="YYYY-MM-DD HH:mm:ss"),
     "key": st.column_config.TextColumn("file"),

@@ -45,6 +45,15 @@ def test_failed_evaluations_earn_nothing_and_keep_the_reference():
     assert tracker.failed_evaluations == 2 and tracker.evaluations == 3
 
 
+def test_a_suspicious_evaluation_earns_nothing_is_counted_and_keeps_the_reference():
+    tracker = RewardTracker(baseline=1.0)
+    assert tracker.record(99.0, suspicious=True) == 0.0
+    assert tracker.record(1.2) == pytest.approx(0.2)  # compared with the baseline, not with the forgery
+    metrics = tracker.metrics()
+    assert metrics["suspicious_evaluations"] == 1.0 and metrics["failed_evaluations"] == 1.0
+    assert metrics["best_score"] == pytest.approx(1.2)
+
+
 def test_penalties():
     settings = RewardSettings(format_error_penalty=0.1, no_score_penalty=0.3)
     tracker = RewardTracker(baseline=1.0, settings=settings)

@@ -24,7 +24,21 @@ from call_channel import NotPlainData, from_plain, to_plain  # noqa: E402
 
 @pytest.mark.parametrize(
     "value",
-    [None, True, 0, -3, 2**70, 1.5, float("inf"), "s", [], [1, (2, 3)], (1, [2, (3,)]), {"a": 1, 2: (3, 4)}, {(1, 2): None}],
+    [
+        None,
+        True,
+        0,
+        -3,
+        2**70,
+        1.5,
+        float("inf"),
+        "s",
+        [],
+        [1, (2, 3)],
+        (1, [2, (3,)]),
+        {"a": 1, 2: (3, 4)},
+        {(1, 2): None},
+    ],
 )
 def test_plain_values_cross_unchanged(value):
     back = from_plain(json.loads(json.dumps(to_plain(value))))

@@ -7,7 +7,7 @@ import yaml
 
 from air.tasks.config import TaskError, metric_value
 from air.tasks.loader import BUILTIN_TASK_ROOT, list_tasks, load_task, resolve_task_root
-from air.tasks.workspace import parse_metrics
+from air.tasks.workspace import parse_metrics, suspicion
 from tests.mlgym_like import write_mlgym_like_root
 
 
@@ -136,3 +136,33 @@ def test_an_empty_or_half_generated_dataset_is_named_with_its_generator(mlgym_ro
         path.unlink()
     with pytest.raises(TaskError, match=r"is empty .*make_split\.py"):
         load_task("shipwreck", mlgym_root).workspace_files()
+
+
+@pytest.mark.parametrize(
+    "task, metrics, score, agent_code_ran, flagged",
+    [
+        ("laneMerge", {"Score": 2.5}, 2.5, False, False),
+        ("laneMerge", {"Score": 99.0}, 99.0, False, True),  # payoffs per round are 0..5
+        ("laneMerge", {"Score": -0.1}, -0.1, False, True),
+        ("laneMerge", {"Score": float("nan")}, float("nan"), False, True),
+        ("loanDefault", {"accuracy": 1.01}, 1.01, False, True),
+        ("buildingEnergy", {"r2": -5.0, "rmse": 90.0}, -5.0, False, False),  # R^2 has no lower bound
+        ("buildingEnergy", {"r2": 0.9, "rmse": 9.0}, 0.9, True, False),
+        ("buildingEnergy", {"r2": 0.9}, 0.9, True, True),  # agent code ran: not the task's metrics
+        ("buildingEnergy", {"r2": 0.9, "rmse": "low"}, 0.9, True, True),
+    ],
+)
+def test_scores_no_metric_can_reach_are_suspicious(task, metrics, score, agent_code_ran, flagged) -> None:
+    assert bool(suspicion(load_task(task), metrics, score, agent_code_ran)) is flagged
+
+
+def test_score_ranges_cover_the_builtin_tasks_and_a_config_may_declare_one(mlgym_root) -> None:
+    for name in list_tasks(BUILTIN_TASK_ROOT):
+        task = load_task(name)
+        low, high = task.score_range
+        assert (low is None or low <= task.baseline_score) and (high is None or task.baseline_score <= high)
+    config = mlgym_root / "configs" / "tasks" / "shipwreck.yaml"
+    data = yaml.safe_load(config.read_text())
+    data["score_range"] = [0.0, 1.0]
+    config.write_text(yaml.safe_dump(data))
+    assert load_task("shipwreck", mlgym_root).score_range == (0.0, 1.0)

@@ -126,6 +126,7 @@ def row(key: str, **fields) -> RolloutSummary:
         validates=0,
         evaluations=0,
         format_errors=0,
+        suspicious_evaluations=0,
         timeouts=0,
         duration_s=None,
         started_at=datetime(2026, 1, 1, tzinfo=UTC),

@@ -51,6 +51,8 @@ class _Connection:
         return result
 
     def _exchange(self, payload: bytes, op: str, module: str, name: str):
+        if self.broken:
+            raise AgentCodeError(self.broken)
         self.seq = seq = self.seq + 1
         try:
             got, reply = self.channel.exchange(seq, payload, CALL_TIMEOUT_S)
@@ -115,6 +117,7 @@ _CALLABLE = object()
 def _decode(value):
     return _CALLABLE if value == {"__air_callable__": True} else from_plain(value)
 
+
 _connection: _Connection | None = None
 
 
@@ -164,7 +167,15 @@ class RemoteFunction:
         _CALL_PREFIX.append(b"C" + self._fid.to_bytes(4, "little"))
 
     def __call__(self, *args, **kwargs):
-        return (_connection or _connect()).call(self._fid, self._module, self.__name__, args, kwargs)
+        connection = _connection or _connect()
+        if not kwargs and not connection.seeds and self._fid in connection.declared:  # the hot path
+            try:
+                payload = _CALL_PREFIX[self._fid] + marshal.dumps(args)
+            except ValueError:
+                pass
+            else:
+                return connection._exchange(payload, "call", self._module, self.__name__)
+        return connection.call(self._fid, self._module, self.__name__, args, kwargs)
 
     def __repr__(self) -> str:
         return f"<agent function {self._module}.{self.__name__}>"

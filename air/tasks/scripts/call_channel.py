@@ -5,13 +5,14 @@ A game's evaluation calls the agent's function ~100,000 times, each answered in 
 socket round trip per call (~40 us in Python) would multiply the evaluation's time. Requests and
 replies go through a shared memory region instead; the waiting side spins briefly (both run on their
 own core while the agent's other processes are frozen) and then sleeps on a socket that the other
-side writes one byte to, only when the sleeper's flag says it sleeps. With fewer than two CPUs
-spinning would only steal the peer's time, so it is off there.
+side writes one byte to, only when the sleeper's flag says it sleeps. With fewer than two CPUs, or
+while spins keep finding nothing (a host busy with many evaluations), it sleeps at once.
 
 Layout: two slots (request, reply), each [ready byte | pad | seq u64 | length u32 | pad | payload]; one
 sleep flag per side. A message is published by its one-byte ready mark, written after everything else
-(one byte cannot be seen half-written; x86-64 keeps stores in order). Either side may scribble anything into the region: the evaluator reads only the reply slot and
-checks its sequence number and length; the payload is decoded with plain-data decoders only.
+(one byte cannot be seen half-written; x86-64 keeps stores in order). Either side may scribble
+anything into the region: the evaluator reads only the reply slot and checks its sequence number and
+length; the payload is decoded with plain-data decoders only.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ class Channel:
         self._my_flag = _FLAGS_AT + (EVALUATOR_SLEEPS if evaluator else WORKER_SLEEPS)
         self._peer_flag = _FLAGS_AT + (WORKER_SLEEPS if evaluator else EVALUATOR_SLEEPS)
         self.spin_s = spin_budget_s()
+        self._failed_spins = self._skip = 0  # adaptive spinning (see _await)
         self.seq = 0  # the last sequence number sent (evaluator) or received (worker)
 
     # --- slots (hot path: kept to a few attribute look-ups per message) --------------------------
@@ -87,94 +89,57 @@ class Channel:
                 raise ChannelClosed(f"the other side is gone ({exc})") from exc
 
     def exchange(self, seq: int, payload: bytes, timeout_s: float) -> tuple[int, bytes]:
-        """send + receive in one call (the evaluator's hot path: each call here is ~0.1 us saved)."""
-        size = len(payload)
-        if size > SLOT_CAPACITY:
-            raise ValueError(f"message of {size} bytes exceeds the channel's {SLOT_CAPACITY} bytes")
-        region, at = self.region, self._send_at
-        region[at + SLOT_HEADER : at + SLOT_HEADER + size] = payload
-        _HEADER.pack_into(region, at + _HEADER_AT, seq, size)
-        region[at] = seq & 0xFF
-        if region[self._peer_flag]:
-            try:
-                self.wake.send(b"w")
-            except (BlockingIOError, InterruptedError):
-                pass
-            except OSError as exc:
-                raise ChannelClosed(f"the other side is gone ({exc})") from exc
-        at, old = self._recv_at, (seq - 1) & 0xFF
-        if region[at] == old:
-            if self.spin_s:
-                spin_until = time.perf_counter() + self.spin_s
-                while region[at] == old:
-                    for _ in range(64):
-                        if region[at] != old:
-                            break
-                    else:
-                        if time.perf_counter() > spin_until:
-                            break
-            if region[at] == old:
-                self._sleep(old, timeout_s)
-        got, size = _HEADER.unpack_from(region, at + _HEADER_AT)
-        if size > SLOT_CAPACITY:
-            raise ChannelClosed(f"malformed message length {size}")
-        return got, region[at + SLOT_HEADER : at + SLOT_HEADER + size]
+        """send + receive in one call (the evaluator's hot path)."""
+        self.send(seq, payload)
+        return self.receive(seq - 1, timeout_s)
 
     def serve(self, handle) -> None:
         """The worker's loop: each request's payload -> ``handle(payload)`` -> the reply, until closed."""
-        region, rat, sat = self.region, self._recv_at, self._send_at
-        unpack, pack, peer, spin_s, clock = _HEADER.unpack_from, _HEADER.pack_into, self._peer_flag, self.spin_s, time.perf_counter
+        region, rat = self.region, self._recv_at
+        unpack = _HEADER.unpack_from
         seq = 0
         while True:
             old = seq & 0xFF
             if region[rat] == old:
-                if spin_s:
-                    spin_until = clock() + spin_s
-                    while region[rat] == old:
-                        for _ in range(64):
-                            if region[rat] != old:
-                                break
-                        else:
-                            if clock() > spin_until:
-                                break
-                if region[rat] == old:
-                    self._sleep(old, None)
+                self._await(rat, old, None)
             seq, size = unpack(region, rat + _HEADER_AT)
             if size > SLOT_CAPACITY:
                 raise ChannelClosed(f"malformed message length {size}")
-            reply = handle(region[rat + SLOT_HEADER : rat + SLOT_HEADER + size])
-            size = len(reply)
-            if size > SLOT_CAPACITY:
-                raise ValueError(f"reply of {size} bytes exceeds the channel's {SLOT_CAPACITY} bytes")
-            region[sat + SLOT_HEADER : sat + SLOT_HEADER + size] = reply
-            pack(region, sat + _HEADER_AT, seq, size)
-            region[sat] = seq & 0xFF
-            if region[peer]:
-                try:
-                    self.wake.send(b"w")
-                except (BlockingIOError, InterruptedError):
-                    pass
-                except OSError as exc:
-                    raise ChannelClosed(f"the other side is gone ({exc})") from exc
+            self.send(seq, handle(region[rat + SLOT_HEADER : rat + SLOT_HEADER + size]))
 
     def receive(self, after: int, timeout_s: float | None = None) -> tuple[int, bytes]:
         """Wait for the message after number ``after``; returns (its seq as written, payload)."""
         region, at, old = self.region, self._recv_at, after & 0xFF
-        if region[at] == old and self.spin_s:
-            spin_until = time.perf_counter() + self.spin_s
-            while region[at] == old:
-                for _ in range(64):  # check the clock only now and then
-                    if region[at] != old:
-                        break
-                else:
-                    if time.perf_counter() > spin_until:
-                        break
         if region[at] == old:
-            self._sleep(old, timeout_s)
+            self._await(at, old, timeout_s)
         seq, size = _HEADER.unpack_from(region, at + _HEADER_AT)
         if size > SLOT_CAPACITY:
             raise ChannelClosed(f"malformed message length {size}")
         return seq, region[at + SLOT_HEADER : at + SLOT_HEADER + size]
+
+    def _await(self, at: int, old: int, timeout_s: float | None) -> None:
+        """Wait until the ready byte at ``at`` changes: spin while spinning pays, else sleep.
+
+        A spin pays when the peer is running on another core. On a busy host (many evaluations at once)
+        it is not, and spinning would take the CPU it waits for: after 16 spins in a row that found
+        nothing, the next 1, 2, 4 ... 4096 waits sleep straight away (one slow answer now and then, a
+        garbage collection, say, changes nothing); a spin that finds the message resets that."""
+        if self.spin_s and not self._skip:
+            region, clock = self.region, time.perf_counter
+            spin_until = clock() + self.spin_s
+            while True:
+                for _ in range(64):  # check the clock only now and then
+                    if region[at] != old:
+                        self._failed_spins = 0
+                        return
+                if clock() > spin_until:
+                    break
+            self._failed_spins += 1
+            if self._failed_spins >= 16:
+                self._skip = 1 << min(self._failed_spins - 16, 12)
+        elif self._skip:
+            self._skip -= 1
+        self._sleep(old, timeout_s)
 
     def _sleep(self, old: int, timeout_s: float | None) -> None:
         region, at, flag = self.region, self._recv_at, self._my_flag
