@@ -89,9 +89,16 @@ class Channel:
                 raise ChannelClosed(f"the other side is gone ({exc})") from exc
 
     def exchange(self, seq: int, payload: bytes, timeout_s: float) -> tuple[int, bytes]:
-        """send + receive in one call (the evaluator's hot path)."""
+        """send + receive in one call: the evaluator's hot path, so ``receive`` is written out here (a
+        method call less per call of the agent's function: ~3 % of a game's evaluation)."""
         self.send(seq, payload)
-        return self.receive(seq - 1, timeout_s)
+        region, at, old = self.region, self._recv_at, (seq - 1) & 0xFF
+        if region[at] == old:
+            self._await(at, old, timeout_s)
+        got, size = _HEADER.unpack_from(region, at + _HEADER_AT)
+        if size <= SLOT_CAPACITY:
+            return got, region[at + SLOT_HEADER : at + SLOT_HEADER + size]
+        raise ChannelClosed(f"malformed message length {size}")
 
     def serve(self, handle) -> None:
         """The worker's loop: each request's payload -> ``handle(payload)`` -> the reply, until closed."""
