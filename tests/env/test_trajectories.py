@@ -247,6 +247,17 @@ def test_summary_metrics_follow_the_metric_direction() -> None:
     assert metrics["best_score"] == 0.8 and metrics["improvement"] == pytest.approx(0.09)
 
 
+def test_suspicious_evaluations_are_counted_for_the_viewer(tmp_path) -> None:
+    from air.viewer.index import summarise
+
+    forged = TurnEvaluation(status="suspicious", score=None, metrics={"accuracy": 99.0}, error="out of range")
+    record = make_record()
+    assert summary_metrics(record)["suspicious_evaluations"] == 0
+    record.turns[2].evaluation = forged
+    assert summary_metrics(record)["suspicious_evaluations"] == 1
+    assert summarise(record, tmp_path / "r.json", tmp_path).suspicious_evaluations == 1
+
+
 # --- MLGym's format (fixtures written from scratch in the documented structure) ------------------
 
 RUN_NAME = "acme-tiny-7b__mazeRunner__plain__t-0.70__p-0.90__c-2.50__install-0__nightly_run_3"
