@@ -91,9 +91,26 @@ class OfflineRun:
         return [dict(zip(table["columns"], row, strict=True)) for row in table["data"]]
 
 
-def offline_run(wandb_dir: Path) -> OfflineRun:
-    [run_file] = wandb_dir.glob("wandb/offline-run-*/run-*.wandb")
-    return OfflineRun(run_file)
+def offline_run(wandb_dir: Path, wait_s: float = 30.0) -> OfflineRun:
+    """The offline run's transaction log, once wandb's background writer has put the run and its exit
+    record on disk (``run.finish`` can return before; under load the test read a log without them)."""
+    import time
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        files = list(wandb_dir.glob("wandb/offline-run-*/run-*.wandb"))
+        if len(files) == 1:
+            try:
+                run = OfflineRun(files[0])
+            except AssertionError:  # a chunk still being written
+                if time.monotonic() > deadline:
+                    raise
+                run = None
+            if run is not None and ((run.of_type("run") and run.of_type("exit")) or time.monotonic() > deadline):
+                return run
+        elif time.monotonic() > deadline:
+            [run_file] = files
+        time.sleep(0.2)
 
 
 # --- fixtures -------------------------------------------------------------------------------------
