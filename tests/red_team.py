@@ -1,7 +1,7 @@
 """Helpers for the red-team tests (tests/tasks/test_red_team.py): rollouts through the env's real path
 with a scripted agent, the attacking files it writes, and the checks every attack must pass.
 
-Nothing here imports a test module: make_env and run_group are copied from tests/env/test_mlgym_env.py.
+The rollouts go through tests/rollouts.py, as the env's own tests do.
 """
 
 from __future__ import annotations
@@ -12,12 +12,8 @@ import re
 import textwrap
 from pathlib import Path
 
-from openai import AsyncOpenAI
-
-import air_mlgym
 from air.agents.policies import ScriptPolicy
-from air.agents.server import PolicyServer
-from air.env.trajectory_reader import iter_trajectory_paths, load_trajectory
+from tests import rollouts
 
 BASELINE = 2.1239  # laneMerge's starter strategy, the honest strategy every attack wraps
 TOL = 1e-6
@@ -52,38 +48,23 @@ def checkout_secrets(checkout: Path, task: str) -> list[str]:
 
 
 def make_env(tmp_path: Path, docker_image: str, **kwargs):
-    args = dict(
+    """tests/rollouts.make_env with what an attack needs: whole observations, room for slow attacks."""
+    settings = dict(
         task_configs=["laneMerge"],
-        image=docker_image,
-        trajectory_dir=str(tmp_path / "trajectories"),
-        container_cpus=1.0,
-        container_memory="1g",
-        pool_size=0,
         run_id=f"pytest-redteam-{os.getpid()}",
         observation_max_chars=200_000,  # a secret must not hide in the cut middle of an observation
         command_timeout=60,
         long_command_timeout=120,
     )
-    args.update(kwargs)
-    return air_mlgym.load_environment(**args)
-
-
-async def run_group(env, policy, task: str, n: int = 1):
-    row = next(r for r in env.get_dataset().to_list() if r["task"] == task)
-    with PolicyServer(policy) as server:
-        client = AsyncOpenAI(base_url=server.base_url, api_key="test", max_retries=0)
-        try:
-            outputs = await env.run_group([row] * n, client, server.model_name, {"temperature": 1.0})
-        finally:
-            await client.close()
-    return [dict(o) for o in outputs]
+    settings.update(kwargs)
+    return rollouts.make_env(tmp_path, docker_image, **settings)
 
 
 async def run_attack(tmp_path: Path, docker_image: str, commands: list[str], *, task: str = "laneMerge", **kwargs):
     """One rollout of ``commands`` (max_turns = their number: no submit, no extra evaluation)."""
     env = make_env(tmp_path, docker_image, task_configs=[task], max_turns=len(commands), **kwargs)
-    (output,) = await run_group(env, ScriptPolicy(commands), task)
-    records = [load_trajectory(p) for p in iter_trajectory_paths(tmp_path / "trajectories")]
+    (output,) = await rollouts.run_group(env, ScriptPolicy(commands), task)
+    records = rollouts.trajectories(tmp_path)
     assert len(records) == 1, records
     (record,) = records
     assert [t.command for t in record.turns] == commands, "not every step of the attack ran"

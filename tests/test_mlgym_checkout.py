@@ -63,7 +63,7 @@ async def test_titanic_answers_hidden_and_evaluated(sandbox: Sandbox) -> None:
 async def test_a_rollout_with_mlgyms_own_commands(tmp_path: Path, docker_image: str) -> None:
     """MLGym's commands installed from the checkout: open, a guarded multi-line edit, validate, submit."""
     from air.agents.policies import ScriptPolicy
-    from tests.env.test_mlgym_env import make_env, run_group, trajectories
+    from tests.rollouts import make_env, run_group, trajectories
 
     env = make_env(tmp_path, docker_image, task_root=ROOT, task_configs=["battleOfSexes"], max_turns=6)
     system = env.get_dataset()[0]["prompt"][0]["content"]

@@ -132,7 +132,8 @@ class TaskWorkspace:
         return kind, mode, [self.python, "-I", "-B", f"{AIR_LIB}/eval_bootstrap.py", mode, script, *args]
 
     async def evaluate(self) -> Evaluation:
-        """Evaluate the workspace as root, from pristine evaluation files; secrets only present meanwhile."""
+        """Evaluate the workspace from pristine evaluation files: root prepares, the unprivileged evaluator
+        runs the task's script, the agent's code answers from its own process; secrets only present meanwhile."""
         kind, mode, argv = self.evaluation_command()
         separator = f"=====AIR-EVAL-{secrets.token_hex(8)}====="
         timeout = self.task.training_timeout

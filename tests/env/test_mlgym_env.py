@@ -20,9 +20,10 @@ import air_mlgym
 from air.agents.policies import ScriptPolicy
 from air.agents.server import PolicyServer
 from air.env.settings import EnvSettingsError
-from air.env.trajectory_reader import iter_trajectory_paths, load_trajectory
+from air.env.trajectory_reader import iter_trajectory_paths
 from air.sandbox.config import LABEL, LABEL_RUN
 from air.tasks.loader import load_task
+from tests.rollouts import make_env, run_group, trajectories
 
 BETTER_STRATEGY = textwrap.dedent(
     """\
@@ -42,35 +43,6 @@ class TextPolicy:
     def respond(self, messages, rng) -> str:
         turn = sum(1 for m in messages if m["role"] == "assistant")
         return self.texts[turn] if turn < len(self.texts) else "```bash\nsubmit\n```"
-
-
-def make_env(tmp_path: Path, docker_image: str, **kwargs):
-    args = dict(
-        task_configs=["laneMerge", "loanDefault"],
-        image=docker_image,
-        trajectory_dir=str(tmp_path / "trajectories"),
-        container_cpus=1.0,
-        container_memory="1g",
-        pool_size=0,
-        run_id=f"pytest-env-{os.getpid()}",
-    )
-    args.update(kwargs)
-    return air_mlgym.load_environment(**args)
-
-
-async def run_group(env, policy, task: str, n: int = 1):
-    row = next(r for r in env.get_dataset().to_list() if r["task"] == task)
-    with PolicyServer(policy) as server:
-        client = AsyncOpenAI(base_url=server.base_url, api_key="test", max_retries=0)
-        try:
-            outputs = await env.run_group([row] * n, client, server.model_name, {"temperature": 1.0})
-        finally:
-            await client.close()
-    return [dict(o) for o in outputs]
-
-
-def trajectories(tmp_path: Path):
-    return [load_trajectory(p) for p in iter_trajectory_paths(tmp_path / "trajectories")]
 
 
 def progress(task_name: str, score: float) -> float:

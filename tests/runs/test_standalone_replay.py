@@ -106,7 +106,8 @@ def test_score_tolerance():
 @pytest.mark.timeout(300)
 async def test_replaying_our_trajectory_reproduces_its_scores(tmp_path, docker_image):
     import air_mlgym
-    from tests.env.test_mlgym_env import BETTER_STRATEGY, run_group
+    from tests.env.test_mlgym_env import BETTER_STRATEGY
+    from tests.rollouts import run_group
 
     os.environ["AIR_IMAGE"] = docker_image
     env = air_mlgym.load_environment(

@@ -109,6 +109,18 @@ def _indent(text: str) -> str:
     return "".join(f"    {line}\n" if line else "\n" for line in text.splitlines())
 
 
+# A signal handler that prints the forged score and exits, armed and raised in the first call.
+SIGNAL_FORGE = """
+if _rt_calls == 1:
+    import os, signal, time
+    def _rt_forge(*_):
+        os.write(1, @FORGED_BYTES@)
+        os._exit(0)
+    signal.signal(signal.{signal}, _rt_forge)
+    {raise_it}
+    time.sleep(1)
+"""
+
 # id -> (code at import time, code appended after the starter strategy)
 FORGERIES = {
     "fd1-write-at-import": (FD_WRITE.format(fd=1), ""),
@@ -121,33 +133,11 @@ FORGERIES = {
     ),
     "SIGALRM-handler": (
         "",
-        wrap(
-            """
-            if _rt_calls == 1:
-                import os, signal, time
-                def _rt_forge(*_):
-                    os.write(1, @FORGED_BYTES@)
-                    os._exit(0)
-                signal.signal(signal.SIGALRM, _rt_forge)
-                signal.setitimer(signal.ITIMER_REAL, 0.05)
-                time.sleep(1)
-            """
-        ),
+        wrap(SIGNAL_FORGE.format(signal="SIGALRM", raise_it="signal.setitimer(signal.ITIMER_REAL, 0.05)")),
     ),
     "SIGTERM-handler": (
         "",
-        wrap(
-            """
-            if _rt_calls == 1:
-                import os, signal, time
-                def _rt_forge(*_):
-                    os.write(1, @FORGED_BYTES@)
-                    os._exit(0)
-                signal.signal(signal.SIGTERM, _rt_forge)
-                os.kill(os.getpid(), signal.SIGTERM)
-                time.sleep(1)
-            """
-        ),
+        wrap(SIGNAL_FORGE.format(signal="SIGTERM", raise_it="os.kill(os.getpid(), signal.SIGTERM)")),
     ),
     "SystemExit-with-json-message": ("", wrap("if _rt_calls == 1:\n    raise SystemExit(@FORGED@)")),
     "sys.__stdout__-then-SystemExit(0)": (

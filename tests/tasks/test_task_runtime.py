@@ -152,3 +152,38 @@ async def test_evaluation_outcomes(sandbox: Sandbox, tmp_path, name, prepare, st
     assert evaluation.status == status and message in (evaluation.error or "")
     if status == "ok":
         assert evaluation.metrics == {"Reward Mean": 7.5} and evaluation.score == 7.5
+
+
+async def test_agent_code_in_a_model_evaluator_is_contained_and_its_forgery_flagged(sandbox: Sandbox, tmp_path) -> None:
+    """MLGym's model evaluators import the agent's code. Here that code runs as air-eval, leaves files
+    for the agent in /tmp and in a folder the agent opened to everyone, and reports a score its metric
+    cannot reach (the task's own ``score_range``): the score is not counted, nothing stays behind."""
+    root = write_mlgym_like_root(tmp_path / "MLGym")
+    (root / "data" / "modelleak").mkdir(parents=True)
+    (root / "data" / "modelleak" / "evaluate.py").write_text(
+        "import json\nimport model_code\nprint(json.dumps({'Reward Mean': model_code.score()}))\n"
+    )
+    (root / "configs" / "tasks" / "modelleak.yaml").write_text(
+        "id: modelleak\nname: modelleak\ndescription: d\ntask_entrypoint: ModelSubmissionTasks\n"
+        "training_timeout: 60\nstarter_code: [data/modelleak/evaluate.py]\nevaluation_paths: [evaluate.py]\n"
+        "baseline_scores: [{Reward Mean: 1.0}]\nscore_range: [0.0, 10.0]\n"
+    )
+    workspace = await _workspace(load_task("modelleak", root), sandbox)
+    agent_code = (
+        "import os\n"
+        "def score():\n"
+        "    open('/tmp/left-by-evaluator', 'w').write(os.popen('id -un').read())\n"
+        "    try:\n"
+        "        open('/home/agent/workspace/drop/left-by-evaluator', 'w').write('x')\n"
+        "    except PermissionError:\n"
+        "        open('/tmp/drop-refused', 'w').write('x')\n"
+        "    return 99.0\n"
+    )
+    await sandbox.write_file("/home/agent/workspace/model_code.py", agent_code, owner="agent")
+    await sandbox.run("mkdir -p drop && chmod 777 drop && mkdir -p ckpt && echo a: 1 > ckpt/config.yaml")
+    evaluation = await workspace.evaluate()
+    assert evaluation.status == "suspicious" and evaluation.score is None, evaluation
+    assert "outside what Reward Mean can reach" in evaluation.error
+    result = await sandbox.run("ls /tmp drop; stat -c %A drop")
+    assert "left-by-evaluator" not in result.output and "drop-refused" not in result.output
+    assert result.output.strip().endswith("drwxrwxr-x")  # others' write taken away before evaluating

@@ -16,10 +16,10 @@ import pickle
 import sys
 import traceback
 
-from call_channel import Channel, ChannelClosed, NotPlainData, to_plain
+from call_channel import CALLABLE_MARK, Channel, ChannelClosed, NotPlainData, to_plain
 
-CALLABLE = {"__air_callable__": True}  # how a function is announced (never a value from to_plain)
 TRACEBACK_LIMIT = 8000
+REPLY_LIMIT = 4 * 1024 * 1024
 
 
 def _error(kind: str, message: str) -> bytes:
@@ -28,7 +28,7 @@ def _error(kind: str, message: str) -> bytes:
 
 def _describe(value):
     if callable(value) and not isinstance(value, type(sys)):
-        return CALLABLE
+        return CALLABLE_MARK
     return to_plain(value)
 
 
@@ -68,10 +68,7 @@ def call_known(request: bytes, functions: dict) -> bytes:
     """The hot path (``b"C" fid args``): a game calls this ~100,000 times."""
     name, function = functions[request[:5]]
     try:
-        result = function(*marshal.loads(request[5:]))
-        if type(result) is int:
-            return b"i%d" % result
-        return json.dumps(["ok", to_plain(result)]).encode()
+        return _result(function(*marshal.loads(request[5:])))
     except NotPlainData as exc:
         return _error("unplain", f"{name} returned a value the evaluator cannot take: {exc}")
     except BaseException:  # SystemExit and KeyboardInterrupt from the agent's code too: its failure
@@ -115,9 +112,10 @@ def main() -> None:
 
     def handle_request(request: bytes) -> bytes:
         if request[:1] == b"C":
-            return call_known(request, functions)
-        reply = handle(request, modules, functions)
-        if len(reply) > 4 * 1024 * 1024:
+            reply = call_known(request, functions)
+        else:
+            reply = handle(request, modules, functions)
+        if len(reply) > REPLY_LIMIT:
             reply = _error("unplain", f"the reply is {len(reply)} bytes; at most 4 MiB can cross")
         return reply
 

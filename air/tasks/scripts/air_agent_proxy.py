@@ -20,7 +20,7 @@ import pickle
 import sys
 from pathlib import Path
 
-from call_channel import Channel, ChannelClosed, ChannelTimeout, NotPlainData, from_plain
+from call_channel import CALLABLE_MARK, Channel, ChannelClosed, ChannelTimeout, NotPlainData, from_plain
 
 CALL_TIMEOUT_S = float(os.environ.get("AIR_AGENT_CALL_TIMEOUT_S", "30"))
 
@@ -38,14 +38,8 @@ class _Connection:
         self.declared: set[int] = set()  # function ids the worker knows (sent once with their names)
 
     def call(self, fid: int, module: str, name: str, args: tuple, kwargs: dict):
-        """The hot path: a game calls this ~100,000 times. ``b"C" fid args`` once the worker knows fid."""
-        if fid in self.declared and not kwargs and not self.seeds and not self.broken:
-            try:
-                payload = _CALL_PREFIX[fid] + marshal.dumps(args)
-            except ValueError:
-                payload = None
-            if payload is not None:
-                return self._exchange(payload, "call", module, name)
+        """A call in full (names, keyword arguments, pending seeds); afterwards the worker knows ``fid``
+        and RemoteFunction takes the short form ``b"C" fid args`` when it can."""
         result = self.request("call", module, name, args, kwargs, fid)
         self.declared.add(fid)
         return result
@@ -73,8 +67,6 @@ class _Connection:
         return self._decode_reply(reply, op, module, name)
 
     def request(self, op: str, module: str, name: str = "", args: tuple = (), kwargs: dict | None = None, fid=None):
-        if self.broken:
-            raise AgentCodeError(self.broken)
         seeds, self.seeds = self.seeds, {}
         payload = _encode((op, module, name, args, kwargs, seeds, fid))
         return self._exchange(payload, op, module, name)
@@ -115,7 +107,7 @@ _CALLABLE = object()
 
 
 def _decode(value):
-    return _CALLABLE if value == {"__air_callable__": True} else from_plain(value)
+    return _CALLABLE if value == CALLABLE_MARK else from_plain(value)
 
 
 _connection: _Connection | None = None

@@ -35,6 +35,9 @@ REGION_SIZE = _FLAGS_AT + 64
 SLEEP_POLL_S = 0.005  # a wake byte can be missed in a rare race; a sleeper re-checks this often
 
 
+CALLABLE_MARK = {"__air_callable__": True}  # the worker's word for "a function" (never a to_plain value)
+
+
 class ChannelClosed(Exception):
     """The other side is gone or broke the protocol."""
 
@@ -68,7 +71,6 @@ class Channel:
         self._peer_flag = _FLAGS_AT + (WORKER_SLEEPS if evaluator else EVALUATOR_SLEEPS)
         self.spin_s = spin_budget_s()
         self._failed_spins = self._skip = 0  # adaptive spinning (see _await)
-        self.seq = 0  # the last sequence number sent (evaluator) or received (worker)
 
     # --- slots (hot path: kept to a few attribute look-ups per message) --------------------------
 
@@ -89,16 +91,9 @@ class Channel:
                 raise ChannelClosed(f"the other side is gone ({exc})") from exc
 
     def exchange(self, seq: int, payload: bytes, timeout_s: float) -> tuple[int, bytes]:
-        """send + receive in one call: the evaluator's hot path, so ``receive`` is written out here (a
-        method call less per call of the agent's function: ~3 % of a game's evaluation)."""
+        """The evaluator's call: send request ``seq``, wait for the reply after it."""
         self.send(seq, payload)
-        region, at, old = self.region, self._recv_at, (seq - 1) & 0xFF
-        if region[at] == old:
-            self._await(at, old, timeout_s)
-        got, size = _HEADER.unpack_from(region, at + _HEADER_AT)
-        if size <= SLOT_CAPACITY:
-            return got, region[at + SLOT_HEADER : at + SLOT_HEADER + size]
-        raise ChannelClosed(f"malformed message length {size}")
+        return self.receive(seq - 1, timeout_s)
 
     def serve(self, handle) -> None:
         """The worker's loop: each request's payload -> ``handle(payload)`` -> the reply, until closed."""

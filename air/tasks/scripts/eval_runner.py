@@ -28,6 +28,7 @@ import resource
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -130,18 +131,19 @@ def _processes_of(uid: int) -> list[tuple[int, int]]:
         try:
             if os.stat(f"/proc/{entry}").st_uid != uid:
                 continue
-            fields = open(f"/proc/{entry}/stat").read().rpartition(")")[2].split()
-            if fields[0] in ("Z", "X"):
+            state, start = _state_and_start(entry)
+            if state in ("Z", "X"):
                 continue  # dead already, waiting to be reaped
-            start = int(fields[19])
         except (OSError, ValueError, IndexError):
             continue
         found.append((int(entry), start))
     return found
 
 
-def _my_start_ticks() -> int:
-    return int(open("/proc/self/stat").read().rpartition(")")[2].split()[19])
+def _state_and_start(pid: str) -> tuple[str, int]:
+    """A process's state letter and start time in clock ticks, from /proc/PID/stat (after the name)."""
+    fields = open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()
+    return fields[0], int(fields[19])
 
 
 def kill_all(uid: int, started_after: int | None = None) -> None:
@@ -158,32 +160,38 @@ def kill_all(uid: int, started_after: int | None = None) -> None:
         time.sleep(0.01)
 
 
-def remove_leftovers(uid: int) -> None:
-    """Files the evaluator's user created where others could find them later (a channel to the agent)."""
+def _owned_by(uid: int):
+    """(path, lstat) of everything under LEFTOVER_DIRS that ``uid`` owns, deepest first."""
     for top in LEFTOVER_DIRS:
         for dirpath, dirnames, filenames in os.walk(top, topdown=False):
             for name in filenames + dirnames:
                 path = os.path.join(dirpath, name)
                 try:
-                    if os.lstat(path).st_uid == uid:
-                        shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
+                    st = os.lstat(path)
                 except OSError:
-                    pass
+                    continue
+                if st.st_uid == uid:
+                    yield path, st
+
+
+def remove_leftovers(uid: int) -> None:
+    """Files the evaluator's user created where others could find them later (a channel to the agent)."""
+    for path, st in _owned_by(uid):
+        try:
+            shutil.rmtree(path) if stat.S_ISDIR(st.st_mode) else os.unlink(path)
+        except OSError:
+            pass
 
 
 def close_shared_writes(uid: int) -> None:
     """Model tasks run the agent's code as the evaluator: files and folders the agent made writable by
     others would let it leave what it read for the agent to find. Take that write permission away."""
-    for top in LEFTOVER_DIRS:
-        for dirpath, dirnames, filenames in os.walk(top):
-            for name in dirnames + filenames:
-                path = os.path.join(dirpath, name)
-                try:
-                    st = os.lstat(path)
-                    if st.st_uid == uid and st.st_mode & 0o002 and not os.path.islink(path):
-                        os.chmod(path, st.st_mode & ~0o002)
-                except OSError:
-                    pass
+    for path, st in _owned_by(uid):
+        if st.st_mode & 0o002 and not stat.S_ISLNK(st.st_mode):
+            try:
+                os.chmod(path, st.st_mode & ~0o002)
+            except OSError:
+                pass
 
 
 def main() -> int:
@@ -200,7 +208,7 @@ def main() -> int:
     gid = grp.getgrnam(EVALUATOR_USER).gr_gid
     protected = {line.strip() for line in open(AIR / "protected.txt") if line.strip()}
     path_env = open(AIR / "path.txt").read().strip()
-    started = _my_start_ticks()
+    started = _state_and_start("self")[1]
 
     prepare_private_copy(args.mode, protected, gid)
     if args.mode == "model":
