@@ -24,6 +24,7 @@ import argparse
 import grp
 import os
 import pwd
+import random
 import resource
 import shutil
 import signal
@@ -50,6 +51,7 @@ STDERR_KEEP = 20_000
 WORKER_MEMORY = 2 * 1024**3  # address space of the agent's worker
 WORKER_PROCESSES = 0  # RLIMIT_NPROC: the worker may not fork or start threads
 EVALUATOR_PROCESSES = 512
+BLAS_THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 LEFTOVER_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/home")
 
 
@@ -103,14 +105,27 @@ def prepare_private_copy(mode: str, protected: set[str], gid: int) -> None:
     EVAL_HOME.mkdir(mode=0o700)
 
 
-def _limits(memory: int | None, processes: int):
+def _limits(memory: int | None, processes: int, cpus: set[int] | None = None):
     def apply() -> None:
         if memory:
             resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
         resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if cpus:
+            os.sched_setaffinity(0, cpus)
 
     return apply
+
+
+def split_cpus() -> tuple[set[int] | None, set[int] | None]:
+    """(the evaluator's CPUs, the worker's): one of ours, at random, for the worker, the rest for the
+    evaluator. Left to itself the scheduler often queues a woken process on its waker's CPU, where it
+    waits out the waker's spin: a quarter of a millisecond per call instead of a few microseconds."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return None, None
+    worker = random.choice(cpus)
+    return set(cpus) - {worker}, {worker}
 
 
 def _oom_first(pid: int) -> None:
@@ -222,7 +237,9 @@ def main() -> int:
     python = evaluator_argv[0]
     worker = worker_out = None
     pass_fds: tuple[int, ...] = ()
+    evaluator_cpus = None
     if args.mode == "python":
+        evaluator_cpus, worker_cpus = split_cpus()
         region = os.memfd_create("air-channel")
         os.ftruncate(region, REGION_SIZE)
         for_evaluator, for_worker = socket.socketpair()
@@ -230,7 +247,7 @@ def main() -> int:
         worker = subprocess.Popen(
             [python, "-B", str(LIB / "agent_worker.py"), str(region), str(for_worker.fileno()), str(WORKSPACE)],
             cwd=WORKSPACE,
-            env={**env, "HOME": agent.pw_dir, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"},
+            env={**env, "HOME": agent.pw_dir, **dict.fromkeys(BLAS_THREAD_VARIABLES, "1")},
             stdin=subprocess.DEVNULL,
             stdout=worker_write,
             stderr=worker_write,
@@ -239,7 +256,7 @@ def main() -> int:
             group=agent.pw_gid,
             extra_groups=[],
             start_new_session=True,
-            preexec_fn=_limits(WORKER_MEMORY, WORKER_PROCESSES),
+            preexec_fn=_limits(WORKER_MEMORY, WORKER_PROCESSES, worker_cpus),
         )
         _oom_first(worker.pid)
         os.close(worker_write)
@@ -250,10 +267,13 @@ def main() -> int:
         pass_fds = (region, for_evaluator.fileno())
     out_read, out_write = os.pipe()
     err_read, err_write = os.pipe()
+    evaluator_env = {**env, "HOME": str(EVAL_HOME), "TMPDIR": str(EVAL_HOME)}
+    if evaluator_cpus:  # BLAS threads beyond its CPUs would take turns with it on them, ~60 us a call
+        evaluator_env.update(dict.fromkeys(BLAS_THREAD_VARIABLES, str(len(evaluator_cpus))))
     evaluation = subprocess.Popen(
         evaluator_argv,
         cwd=PRIVATE if args.mode in ("python", "direct") else WORKSPACE,
-        env={**env, "HOME": str(EVAL_HOME), "TMPDIR": str(EVAL_HOME)},
+        env=evaluator_env,
         stdin=subprocess.DEVNULL,
         stdout=out_write,
         stderr=err_write,
@@ -262,7 +282,7 @@ def main() -> int:
         group=gid,
         extra_groups=[],
         start_new_session=True,
-        preexec_fn=_limits(None, EVALUATOR_PROCESSES),
+        preexec_fn=_limits(None, EVALUATOR_PROCESSES, evaluator_cpus),
     )
     os.close(out_write)
     os.close(err_write)
