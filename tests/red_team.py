@@ -406,3 +406,14 @@ def honest_evaluation(record, turn_index: int, *, baseline: float = BASELINE) ->
 def ptrace_attachments(text: str) -> list[tuple[int, int, str]]:
     """(pid, uid, comm) of every process the ptrace attack attached to (its report in LOOT)."""
     return [(int(p), int(u), c) for p, u, c in re.findall(r"ATTACHED (\d+) uid=(\d+) comm=(\S*)", text)]
+
+
+async def attack_during_evaluation(tmp_path: Path, docker_image: str, body: str):
+    """Plant ``body`` in the agent's row_strategy (it runs during evaluation), validate, restore the
+    starter strategy, validate again: the attack must not score, and the honest re-evaluation (turn 3)
+    must score the baseline. Returns the trajectory record for further checks."""
+    commands = [plant("", wrap(body)), "validate", RESTORE, "validate"]
+    output, record = await run_attack(tmp_path, docker_image, commands)
+    check_rollout(output, record)
+    honest_evaluation(record, 3)
+    return record

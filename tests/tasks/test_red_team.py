@@ -47,6 +47,7 @@ from tests.red_team import (
     SAVE,
     SHOW_LOOT,
     STOP,
+    attack_during_evaluation,
     background,
     check_rollout,
     checkout_secrets,
@@ -456,10 +457,7 @@ SOURCE_IN_EXCEPTION = {
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("source", list(SOURCE_IN_EXCEPTION))
 async def test_secret_in_an_exception_message(tmp_path, docker_image, source):
-    commands = [plant("", wrap(SOURCE_IN_EXCEPTION[source])), "validate", RESTORE, "validate"]
-    output, record = await run_attack(tmp_path, docker_image, commands)
-    check_rollout(output, record)
-    honest_evaluation(record, 3)
+    await attack_during_evaluation(tmp_path, docker_image, SOURCE_IN_EXCEPTION[source])
 
 
 BACKGROUND_SCAN = f"""
@@ -650,10 +648,7 @@ async def test_memory_bomb_in_row_strategy(tmp_path, docker_image):
                 pass
             globals()["_rt_keep"] = _rt_hog
         """
-    commands = [plant("", wrap(bomb)), "validate", RESTORE, "validate"]
-    output, record = await run_attack(tmp_path, docker_image, commands)
-    check_rollout(output, record)
-    honest_evaluation(record, 3)
+    await attack_during_evaluation(tmp_path, docker_image, bomb)
 
 
 @pytest.mark.timeout(300)
@@ -667,10 +662,7 @@ async def test_gigabyte_on_stdout(tmp_path, docker_image):
             os.write(1, @FORGED_BYTES@)
             os._exit(0)
         """
-    commands = [plant("", wrap(code(flood))), "validate", RESTORE, "validate"]
-    output, record = await run_attack(tmp_path, docker_image, commands)
-    check_rollout(output, record)
-    honest_evaluation(record, 3)
+    await attack_during_evaluation(tmp_path, docker_image, code(flood))
 
 
 @pytest.mark.timeout(300)
@@ -683,12 +675,9 @@ async def test_row_strategy_hangs_forever(tmp_path, docker_image):
             while True:
                 time.sleep(3600)
         """
-    commands = [plant("", wrap(hang)), "validate", RESTORE, "validate"]
-    output, record = await run_attack(tmp_path, docker_image, commands)
-    check_rollout(output, record)
+    record = await attack_during_evaluation(tmp_path, docker_image, hang)
     first = record.turns[1].evaluation
     assert first.score is None and first.status != "ok", "a hung strategy must be an evaluation error"
-    honest_evaluation(record, 3)
 
 
 # ------------------------------------------------------------------------------ MLGym (opt-in)
