@@ -94,11 +94,6 @@ class PeerWaits:
             return False
         return True
 
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
 
 def write_pid(region, pid_at: int) -> None:
     _PID.pack_into(region, pid_at, os.getpid())
