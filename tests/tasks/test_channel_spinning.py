@@ -88,8 +88,12 @@ def _wait_nothing(chan: Channel) -> None:
 @needs_schedstat
 def test_a_peer_busy_with_its_own_work_keeps_us_spinning(channel):
     """A failed spin while the peer runs (or sleeps) unhindered is no sign of a busy host."""
-    peer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    code = "import time; print('asleep', flush=True); time.sleep(30)"
+    peer = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
+        # Its start-up may wait for a CPU on a busy host: begin once it sleeps and that is out of the window.
+        assert peer.stdout.readline() == "asleep\n"
+        time.sleep(4 * call_channel.CONTENTION_WINDOW_NS / 1e9)
         _set_peer(channel, peer.pid)
         for _ in range(BACKOFF_AFTER + 4):
             _wait_nothing(channel)
