@@ -99,7 +99,9 @@ else
 fi
 
 section "uv sync"
-uv sync --locked
+# With the `tiny` extra (torch, transformers): `air tiny-model`, `air policy-server --vllm` and their
+# tests. On Linux, PyPI's torch brings its CUDA libraries too (a few GB, once; cached by uv after).
+uv sync --locked --extra tiny
 
 section "sandbox image"
 uv run air build-image

@@ -97,3 +97,18 @@ def chromium() -> str:
             pytest.fail(f"browser tests must run in CI: {problem}")
         pytest.skip(problem)
     return found
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny model written once per session (``air tiny-model``): skipped on a machine without the
+    ``tiny`` extra, a failure in CI, where the extra is installed."""
+    from air.agents.tiny_model import TinyModelError, require_extra, write_tiny_model
+
+    try:
+        require_extra()
+    except TinyModelError as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"the tiny-model tests must run in CI: {exc}")
+        pytest.skip(str(exc))
+    return write_tiny_model(tmp_path_factory.mktemp("tiny-model"))

@@ -23,11 +23,14 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from air.agents.openai_errors import describe_validation_error, error_body
 from air.agents.policies import Policy, make_policy
+from air.agents.vllm_api import VllmSide
 
 STARTUP_TIMEOUT_S = 30.0
 
@@ -89,24 +92,12 @@ def rough_tokens(text: str) -> int:
     return max(1, len(text) // 4) if text else 0  # ~4 characters per token: enough for usage accounting
 
 
-def error_body(message: str, kind: str = "invalid_request_error", param: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": kind, "param": param, "code": None}}
-
-
-def describe_validation_error(exc: ValidationError) -> tuple[str, str | None]:
-    problems = []
-    for error in exc.errors()[:5]:
-        where = ".".join(str(part) for part in error["loc"]) or "body"
-        problems.append(f"{where}: {error['msg']}")
-    first = exc.errors()[0]["loc"] if exc.errors() else ()
-    return "Invalid request: " + "; ".join(problems), ".".join(str(p) for p in first) or None
-
-
 class PolicyApp:
     """The ASGI application: routes, request validation and the OpenAI response shapes."""
 
-    def __init__(self, policy: Policy, model_name: str, seed: int) -> None:
+    def __init__(self, policy: Policy, model_name: str, seed: int, vllm: VllmSide | None = None) -> None:
         self.policy = policy
+        self.vllm = vllm  # answer like vLLM: token ids, logprobs, its admin routes (air.agents.vllm_api)
         self.policy_name = policy_name(policy)
         self.model_name = model_name
         self.seed = seed
@@ -135,8 +126,9 @@ class PolicyApp:
             return JSONResponse({"status": "ok", "model": self.model_name, "policy": self.policy_name})
 
         async def models(_: Request) -> JSONResponse:
-            entry = {"id": self.model_name, "object": "model", "created": 0, "owned_by": "air-agent"}
-            return JSONResponse({"object": "list", "data": [entry]})
+            names = self.vllm.model_ids() if self.vllm else [self.model_name]
+            entries = [{"id": name, "object": "model", "created": 0, "owned_by": "air-agent"} for name in names]
+            return JSONResponse({"object": "list", "data": entries})
 
         async def chat_completions(request: Request):
             try:
@@ -145,12 +137,18 @@ class PolicyApp:
                 message, param = describe_validation_error(exc)
                 return JSONResponse(error_body(message, param=param), status_code=400)
             messages = [m.as_dict() for m in body.messages]
+            if self.vllm is not None:
+                unknown = self.vllm.unknown_model(body.model)
+                if unknown:
+                    return JSONResponse(error_body(unknown, kind="NotFoundError", param="model"), status_code=404)
             try:
                 replies = [self.policy.respond(messages, self.request_rng(body, messages, i)) for i in range(body.n)]
             except Exception as exc:  # a policy bug must answer as a server error, not kill the connection
                 message = f"policy {self.policy_name!r} failed: {type(exc).__name__}: {exc}"
                 return JSONResponse(error_body(message, kind="server_error"), status_code=500)
             self.requests_served += 1
+            if self.vllm is not None and not body.stream:
+                return await self.vllm.completion_response(await request.body(), body.model, messages, replies)
             completion_id = f"chatcmpl-{uuid.uuid4().hex}"
             created = int(time.time())
             usage = {
@@ -192,6 +190,8 @@ class PolicyApp:
             Route("/v1/models", models, methods=["GET"]),
             Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         ]
+        if self.vllm is not None:
+            routes += self.vllm.routes(chat_completions)
         return Starlette(routes=routes, exception_handlers={HTTPException: http_error})
 
     async def _stream(
@@ -264,15 +264,26 @@ class PolicyServer:
         port: int = 0,
         seed: int = 0,
         log_level: str = "warning",
+        vllm_model: str | Path | None = None,
+        max_model_len: int | None = None,
     ) -> None:
+        """``vllm_model``: a model directory (``air tiny-model`` writes one); the server then answers like
+        vLLM serving it (token ids, logprobs, admin routes) and its name defaults to the directory's path,
+        as vLLM names a model by the path it was started with."""
         self.policy = make_policy(policy) if isinstance(policy, str) else policy
         spec = policy if isinstance(policy, str) else policy_name(self.policy)
+        vllm = None
+        if vllm_model is not None:
+            from air.agents.token_scorer import TokenScorer  # torch: only when asked for
+
+            model_name = model_name or str(vllm_model)
+            vllm = VllmSide(TokenScorer(vllm_model, max_model_len), model_name)
         self.model_name = model_name or f"scripted-{spec}"
         self.host = host
         self.port = port
         self.seed = seed
         self.log_level = log_level
-        self.app = PolicyApp(self.policy, self.model_name, seed)
+        self.app = PolicyApp(self.policy, self.model_name, seed, vllm)
         self._server: Any = None
         self._thread: threading.Thread | None = None
         self._socket: socket.socket | None = None
@@ -344,11 +355,14 @@ class PolicyServer:
 # --------------------------------------------------------------------------- command line
 
 
-def serve_forever(spec: str, host: str = "127.0.0.1", port: int = 8008, seed: int = 0) -> int:
+def serve_forever(
+    spec: str, host: str = "127.0.0.1", port: int = 8008, seed: int = 0, vllm_model: str | None = None
+) -> int:
     """Serve ``spec`` in the foreground until Ctrl-C; prints the base URL and how to use it."""
-    server = PolicyServer(spec, host=host, port=port, seed=seed, log_level="info").start()
+    server = PolicyServer(spec, host=host, port=port, seed=seed, log_level="info", vllm_model=vllm_model).start()
     url, model = server.base_url, server.model_name
-    print(f"Serving scripted policy {spec!r} as model {model!r} at {url}")
+    like = f", answering like vLLM serving {vllm_model}" if vllm_model else ""
+    print(f"Serving scripted policy {spec!r} as model {model!r} at {url}{like}")
     print("Point a client at it, e.g.:")
     print(f"  OPENAI_API_KEY=scripted vf-eval air_mlgym --api-base-url {url} --model {model}")
     print(f"  air standalone --base-url {url}")

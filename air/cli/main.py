@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from air.cli.errors import CommandError
-from air.cli.runs import register_policy_server, register_replay, register_standalone
+from air.cli.runs import register_policy_server, register_replay, register_standalone, register_tiny_model
 from air.cli.sandbox import register_build_image
 from air.cli.tasks import register_demo, register_tasks
 from air.cli.training import register_check, register_clean, register_train
@@ -25,6 +25,7 @@ _REGISTRARS: list[Callable[[argparse._SubParsersAction], None]] = [
     register_demo,
     register_standalone,
     register_policy_server,
+    register_tiny_model,
     register_replay,
     register_view,
     register_check,

@@ -6,6 +6,7 @@ import argparse
 
 from air.agents.policies import SPECS, PolicySpecError
 from air.agents.server import PolicyServerError, serve_forever
+from air.agents.tiny_model import TinyModelError
 from air.cli.errors import CommandError
 
 
@@ -19,6 +20,11 @@ def register_policy_server(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8008, help="port to listen on; 0 picks a free one (default: 8008)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the server's random generator (default: 0)")
+    parser.add_argument(
+        "--vllm",
+        metavar="MODEL_DIR",
+        help="answer like vLLM serving MODEL_DIR (from `air tiny-model`): token ids, logprobs, weight routes",
+    )
     parser.set_defaults(func=cmd_policy_server)
 
 
@@ -26,9 +32,36 @@ def cmd_policy_server(args: argparse.Namespace) -> int:
     """Serve a scripted policy on an OpenAI-compatible /v1/chat/completions endpoint, so vf-eval or `air
     standalone` can run episodes without model weights. Serves until Ctrl-C."""
     try:
-        return serve_forever(args.policy, host=args.host, port=args.port, seed=args.seed)
-    except (PolicySpecError, PolicyServerError) as exc:
+        return serve_forever(args.policy, host=args.host, port=args.port, seed=args.seed, vllm_model=args.vllm)
+    except (PolicySpecError, PolicyServerError, TinyModelError) as exc:
         raise CommandError(str(exc)) from exc
+
+
+def register_tiny_model(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "tiny-model",
+        help="write a tiny tokenizer and random causal LM (offline) for `policy-server --vllm` and rehearsals",
+        description=cmd_tiny_model.__doc__,
+    )
+    parser.add_argument("directory", help="where to write it (an existing tiny model of the same spec is kept)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the weights (default: 0)")
+    parser.add_argument("--force", action="store_true", help="overwrite a non-empty directory")
+    parser.set_defaults(func=cmd_tiny_model)
+
+
+def cmd_tiny_model(args: argparse.Namespace) -> int:
+    """Write a byte-level BPE tokenizer trained on this project's own text, with a ChatML chat template,
+    and a two-layer Llama with seeded random weights, to DIRECTORY. Offline and deterministic; loads with
+    transformers (use the directory as `model.name` in a prime-rl config). Needs the `tiny` extra."""
+    from air.agents.tiny_model import TinyModelSpec, write_tiny_model
+
+    try:
+        target = write_tiny_model(args.directory, TinyModelSpec(seed=args.seed), force=args.force)
+    except TinyModelError as exc:
+        raise CommandError(str(exc)) from exc
+    print(f"Tiny model in {target}")
+    print(f"  serve it: air policy-server --vllm {target} --policy noisy")
+    return 0
 
 
 def register_standalone(subparsers: argparse._SubParsersAction) -> None:

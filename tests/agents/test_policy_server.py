@@ -500,7 +500,8 @@ def test_cli_registrar_and_bad_spec():
 
 def test_serve_forever_prints_the_url_serves_and_stops_on_ctrl_c():
     code = "import sys; from air.agents.server import serve_forever; sys.exit(serve_forever('noisy', port=0, seed=3))"
-    process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    output = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True}
+    process = subprocess.Popen([sys.executable, "-c", code], **output)
     try:
         lines = []
         while not lines or not lines[-1].startswith("Press Ctrl-C"):

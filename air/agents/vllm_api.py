@@ -1,0 +1,243 @@
+"""What the policy server adds to answer like vLLM (``air policy-server --vllm MODEL_DIR``).
+
+prime-rl's orchestrator (c87c19b) and its pinned verifiers read token-level fields that only vLLM
+returns, and call vLLM's admin routes. This module holds those, next to the plain OpenAI surface in
+:mod:`air.agents.server`:
+
+- chat completions carry ``prompt_token_ids`` (top level) and ``choices[i].token_ids`` when the request
+  asks ``return_token_ids``, and ``choices[i].logprobs.content`` (one entry per completion token) when it
+  asks ``logprobs``: ids and logprobs from :class:`air.agents.token_scorer.TokenScorer`;
+- a model name that is neither the served model nor a loaded LoRA adapter gets vLLM's 404;
+- a prompt past the context gets vLLM's 400 wording, which verifiers maps to ``prompt_too_long``;
+- ``POST /tokenize`` (interleaved rollouts), ``POST /v1/chat/completions/tokens`` (prime-rl's route
+  for a prompt given as token ids);
+- the weight routes (``/update_weights``, ``/reload_weights``, ``/load_lora_adapter``, vLLM's own
+  ``/v1/load_lora_adapter`` and ``/v1/unload_lora_adapter``): acknowledged and recorded in
+  :attr:`VllmSide.weight_updates`, since scripted text does not depend on weights.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from air.agents.openai_errors import describe_validation_error, error_body
+from air.agents.token_scorer import PromptTooLong, ScoredCompletion, TokenScorer
+
+# prime-rl's wrappers (JSON answers) and vLLM's own LoRA routes (text answers).
+ADMIN_ROUTES = (
+    "/update_weights",
+    "/reload_weights",
+    "/load_lora_adapter",
+    "/v1/load_lora_adapter",
+    "/v1/unload_lora_adapter",
+)
+
+
+class VllmSampling(BaseModel):
+    """The fields of a chat request that change a vLLM answer here; the rest are ignored as by vLLM's
+    scripted double (top_p, top_k, min_p, repetition_penalty: the text is scripted)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    temperature: float | None = Field(default=None, ge=0)
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    logprobs: bool | None = None
+    return_token_ids: bool | None = None
+    return_tokens_as_token_ids: bool | None = None
+    tokens: list[int] | None = None  # /v1/chat/completions/tokens: the prompt, already tokenized
+
+    @property
+    def token_limit(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
+
+class TokenizeRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[dict[str, Any]] | None = None
+    add_generation_prompt: bool = True
+    add_special_tokens: bool = False
+    return_token_strs: bool = False
+
+
+@dataclass
+class WeightUpdate:
+    route: str
+    body: dict[str, Any]
+    at: float = field(default_factory=time.time)
+
+
+class VllmSide:
+    """The served model's name, the LoRA adapters loaded so far, and what the admin routes were asked."""
+
+    def __init__(self, scorer: TokenScorer, model_name: str) -> None:
+        self.scorer = scorer
+        self.model_name = model_name
+        self.adapters: dict[str, str] = {}  # LoRA name -> path it was loaded from
+        self.weight_updates: list[WeightUpdate] = []
+        self._lock = threading.Lock()
+
+    def model_ids(self) -> list[str]:
+        return [self.model_name, *self.adapters]
+
+    def unknown_model(self, name: str) -> str | None:
+        """vLLM's message for a model it does not serve, or None when it serves it."""
+        if name in self.model_ids():
+            return None
+        return f"The model `{name}` does not exist."
+
+    # ------------------------------------------------------------------ chat completions
+
+    def score(
+        self, messages: list[dict[str, Any]], replies: list[str], sampling: VllmSampling
+    ) -> list[ScoredCompletion]:
+        """Each reply as vLLM would return it; raises PromptTooLong like vLLM's 400."""
+        prompt_ids = sampling.tokens if sampling.tokens is not None else self.scorer.prompt_ids(messages)
+        temperature = 1.0 if sampling.temperature is None else sampling.temperature
+        return [self.scorer.complete(prompt_ids, reply, sampling.token_limit, temperature) for reply in replies]
+
+    @staticmethod
+    def choice(index: int, scored: ScoredCompletion, sampling: VllmSampling) -> dict[str, Any]:
+        logprobs = None
+        if sampling.logprobs:
+            as_ids = bool(sampling.return_tokens_as_token_ids)
+            logprobs = {
+                "content": [
+                    {
+                        "token": f"token_id:{token_id}" if as_ids else text,
+                        "logprob": logprob,
+                        "bytes": list(text.encode()),
+                        "top_logprobs": [],
+                    }
+                    for token_id, text, logprob in zip(scored.token_ids, scored.tokens, scored.logprobs, strict=True)
+                ]
+            }
+        return {
+            "index": index,
+            "message": {"role": "assistant", "content": scored.text},
+            "logprobs": logprobs,
+            "finish_reason": scored.finish_reason,
+            "stop_reason": None,
+            "token_ids": scored.token_ids if sampling.return_token_ids else None,
+        }
+
+    @staticmethod
+    def usage(scored: list[ScoredCompletion]) -> dict[str, int]:
+        prompt = len(scored[0].prompt_ids) if scored else 0
+        completion = sum(len(s.token_ids) for s in scored)
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+    # ------------------------------------------------------------------ the other routes
+
+    def tokenize(self, raw: bytes) -> tuple[int, dict[str, Any]]:
+        try:
+            request = TokenizeRequest.model_validate_json(raw)
+        except ValidationError as exc:
+            return 400, error_body(describe_validation_error(exc)[0])
+        if (request.prompt is None) == (request.messages is None):
+            return 400, error_body("give exactly one of prompt and messages")
+        if request.messages is not None:
+            text = self.scorer.render(request.messages, request.add_generation_prompt)
+        else:
+            text = request.prompt or ""
+        tokens = self.scorer.encode(text)
+        return 200, {
+            "count": len(tokens),
+            "max_model_len": self.scorer.max_model_len,
+            "tokens": tokens,
+            "token_strs": self.scorer.token_texts(tokens) if request.return_token_strs else None,
+        }
+
+    def record(self, route: str, body: dict[str, Any]) -> tuple[int, dict[str, Any] | str]:
+        """Acknowledge a weight or adapter route the way vLLM (and prime-rl's wrapper of it) answers."""
+        with self._lock:
+            self.weight_updates.append(WeightUpdate(route, dict(body)))
+            if route.endswith("load_lora_adapter") and not route.endswith("unload_lora_adapter"):
+                name, path = body.get("lora_name"), body.get("lora_path")
+                if not isinstance(name, str) or not isinstance(path, str):
+                    return 400, error_body("lora_name and lora_path are required (strings)")
+                self.adapters[name] = path  # in place when loaded before, as prime-rl's patched vLLM does
+                if route.startswith("/v1/"):  # vLLM's own route answers in text, prime-rl's wrapper in JSON
+                    return 200, f"Success: LoRA adapter '{name}' added successfully."
+                return 200, {"status": "ok"}
+            if route.endswith("unload_lora_adapter"):
+                name = body.get("lora_name")
+                if self.adapters.pop(name, None) is None:
+                    message = f"The lora adapter '{name}' cannot be found."
+                    return 404, error_body(message, kind="NotFoundError")
+                return 200, f"Success: LoRA adapter '{name}' removed successfully."
+        return 200, {"status": "ok"}
+
+    # ------------------------------------------------------------------ HTTP
+
+    async def completion_response(self, raw: bytes, model: str, messages: list[dict[str, Any]], replies: list[str]):
+        """The non-streamed chat completion vLLM would send for these scripted replies."""
+        from starlette.concurrency import run_in_threadpool
+        from starlette.responses import JSONResponse
+
+        try:
+            sampling = VllmSampling.model_validate_json(raw)
+        except ValidationError as exc:
+            message, param = describe_validation_error(exc)
+            return JSONResponse(error_body(message, param=param), status_code=400)
+        try:
+            scored = await run_in_threadpool(self.score, messages, replies, sampling)  # a forward pass: off the loop
+        except PromptTooLong as exc:
+            return JSONResponse(error_body(str(exc), kind="BadRequestError"), status_code=400)
+        return JSONResponse(
+            {
+                "id": f"chatcmpl-{uuid.uuid4().hex}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [self.choice(i, one, sampling) for i, one in enumerate(scored)],
+                "usage": self.usage(scored),
+                "prompt_token_ids": scored[0].prompt_ids if sampling.return_token_ids else None,
+            }
+        )
+
+    def routes(self, chat_completions) -> list:
+        """/tokenize, prime-rl's token-prompt chat route (served by ``chat_completions``), the admin routes."""
+        from starlette.concurrency import run_in_threadpool
+        from starlette.requests import Request
+        from starlette.responses import JSONResponse, PlainTextResponse
+        from starlette.routing import Route
+
+        async def tokenize(request: Request) -> JSONResponse:
+            status, payload = await run_in_threadpool(self.tokenize, await request.body())
+            return JSONResponse(payload, status_code=status)
+
+        def admin(route: str) -> Route:
+            async def handle(request: Request):
+                raw = await request.body()
+                try:
+                    body = json.loads(raw) if raw.strip() else {}
+                except ValueError:
+                    body = None
+                if not isinstance(body, dict):
+                    return JSONResponse(error_body(f"{route} takes a JSON object"), status_code=400)
+                status, payload = self.record(route, body)
+                if isinstance(payload, str):
+                    return PlainTextResponse(payload, status_code=status)
+                return JSONResponse(payload, status_code=status)
+
+            return Route(route, handle, methods=["POST"])
+
+        return [
+            Route("/tokenize", tokenize, methods=["POST"]),
+            Route("/v1/chat/completions/tokens", chat_completions, methods=["POST"]),
+            *(admin(route) for route in ADMIN_ROUTES),
+        ]
+
+
+__all__ = ["ADMIN_ROUTES", "PromptTooLong", "TokenizeRequest", "VllmSampling", "VllmSide", "WeightUpdate"]
