@@ -5,11 +5,33 @@
 # only checks.
 #
 #   bash scripts/install_prime_rl.sh [DIR]      DIR: where prime-rl goes (default $PRIME_RL_DIR, else ~/prime-rl)
+#   bash scripts/install_prime_rl.sh --orchestrator-only [DIR]
+#       Only what prime-rl's orchestrator needs, for `air rehearse` on a machine without CUDA: a venv in
+#       DIR/.venv-orchestrator with CPU torch (no vLLM, no flash-attn, no CUDA torch where the CPU index is
+#       reachable), prime-rl's source on its path, its pinned verifiers build, and air-agent[tiny].
+#       Versions come from prime-rl's own uv.lock (as constraints). Leaves DIR/.venv alone.
 #
 # Environment: PRIME_RL_REPO  clone source (default GitHub; a mirror or a local clone works too)
 #              PRIME_RL_COMMIT  the commit to check out (default: the pinned one; override only for mirrors
 #                               whose history was rewritten, never to run another prime-rl version)
+#              --orchestrator-only only:
+#              VERIFIERS_REPO  where prime-rl's pinned verifiers commit is cloned from (default GitHub)
+#              PRIME_RL_PYTHON  the venv's Python (default 3.12, prime-rl's; 3.11 works for the orchestrator)
+#              PRIME_RL_TORCH  a torch requirement or wheel file to install instead of the CPU index's build
 set -euo pipefail
+
+ORCHESTRATOR_ONLY=0
+POSITIONAL=()
+for arg in "$@"; do
+    case "$arg" in
+        --orchestrator-only) ORCHESTRATOR_ONLY=1 ;;
+        -h|--help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+        -*) printf 'error: unknown option %s (see --help)\n' "$arg" >&2; exit 2 ;;
+        *) POSITIONAL+=("$arg") ;;
+    esac
+done
+[[ ${#POSITIONAL[@]} -le 1 ]] || { printf 'error: one DIR at most, got: %s\n' "${POSITIONAL[*]}" >&2; exit 2; }
+set -- "${POSITIONAL[@]}"
 
 AIR_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export PATH="$PATH:$HOME/.local/bin"
@@ -51,6 +73,12 @@ fi
 head=$(git -C "$DIR" rev-parse HEAD)
 [[ "$head" == "$COMMIT"* ]] || die "$DIR is at ${head:0:12}, expected $COMMIT"
 echo "    at ${head:0:12}"
+
+if [[ $ORCHESTRATOR_ONLY == 1 ]]; then
+    # shellcheck source=scripts/install_orchestrator_only.sh
+    source "$AIR_DIR/scripts/install_orchestrator_only.sh"
+    exit 0
+fi
 
 say "syncing prime-rl's venv (uv sync; the first time downloads CUDA torch and vLLM: several GB)"
 (cd "$DIR" && uv sync) || die "uv sync failed in $DIR (prime-rl needs Python 3.12 and Linux x86_64 with CUDA 12.8 wheels)"

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from air.cli.errors import CommandError
+from air.cli.rehearse import register_rehearse
 from air.cli.runs import register_policy_server, register_replay, register_standalone, register_tiny_model
 from air.cli.sandbox import register_build_image
 from air.cli.tasks import register_demo, register_tasks
@@ -29,6 +30,7 @@ _REGISTRARS: list[Callable[[argparse._SubParsersAction], None]] = [
     register_replay,
     register_view,
     register_check,
+    register_rehearse,
     register_train,
     register_clean,
 ]

@@ -1,0 +1,62 @@
+"""``air rehearse``: prime-rl's real orchestrator drives the env on this machine before GPUs are booked."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from air.cli.errors import CommandError
+
+
+def register_rehearse(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "rehearse",
+        help="run a config's data path with prime-rl's orchestrator on the CPU (scripted server, tiny model)",
+        description=cmd_rehearse.__doc__,
+    )
+    parser.add_argument("--config", required=True, type=Path, help="a prime-rl rl TOML, e.g. configs/mlgym/rl.toml")
+    parser.add_argument("--steps", type=int, default=3, help="orchestrator steps (default: 3)")
+    parser.add_argument("--prime-rl", help="prime-rl checkout (default: $PRIME_RL_DIR, else ~/prime-rl)")
+    parser.add_argument("--policy", default="noisy", help="scripted policy answering for the model (default: noisy)")
+    parser.add_argument("--output", type=Path, help="folder for its outputs (default: outputs/rehearse/<time>)")
+    parser.add_argument("--model", type=Path, help="tiny model folder (default: ~/.cache/air/tiny-model)")
+    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds before giving up (default: 1800)")
+    parser.add_argument("--json", action="store_true", help="also print the figures as one JSON object, last line")
+    parser.set_defaults(func=cmd_rehearse)
+
+
+def cmd_rehearse(args: argparse.Namespace) -> int:
+    """Run prime-rl's own orchestrator (pinned commit, its env workers) for a few steps on this machine:
+    real rollouts in containers, answered by a scripted policy behind a server that speaks vLLM's protocol
+    with a tiny local model's token ids and logprobs, and a stand-in trainer that only publishes what the
+    orchestrator waits for. Then reads what the orchestrator handed the trainer and reports samples,
+    rewards, advantages and the loss mask. Exit status 1 when the run could not teach a model anything.
+    Needs: bash scripts/install_prime_rl.sh --orchestrator-only, Docker and the sandbox image."""
+    from rich.console import Console
+
+    from air.rehearsal.errors import RehearsalError
+    from air.rehearsal.progress import StepProgress
+    from air.rehearsal.rehearse import RehearsalSettings, rehearse
+    from air.rehearsal.report_view import json_line, show
+
+    if args.steps < 1:
+        raise CommandError("--steps must be at least 1")
+    settings = RehearsalSettings(
+        config=args.config,
+        steps=args.steps,
+        prime_rl=args.prime_rl,
+        policy=args.policy,
+        output=args.output,
+        model_dir=args.model,
+        timeout_s=args.timeout,
+    )
+    console = Console(stderr=args.json)
+    try:
+        with StepProgress(console) as progress:
+            report = rehearse(settings, progress.update)
+    except RehearsalError as exc:
+        raise CommandError(str(exc)) from exc
+    show(report, console)
+    if args.json:
+        print(json_line(report), flush=True)
+    return 1 if report.problems() else 0

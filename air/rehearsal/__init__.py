@@ -1,0 +1,1 @@
+"""prime-rl's real orchestrator driven on this machine against the scripted vLLM-like server."""

@@ -1,0 +1,56 @@
+"""What must be in place before a rehearsal starts: prime-rl's orchestrator at the pin, Docker, the image."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from air.rehearsal.errors import RehearsalError
+from air.training.config_files import PRIME_RL_COMMIT
+from air.training.prime_rl import find_prime_rl
+
+INSTALL = "bash scripts/install_prime_rl.sh --orchestrator-only [DIR]"
+VENVS = (".venv-orchestrator", ".venv")  # the CPU install's, else a full install's
+
+
+def find_orchestrator_python(explicit: str | None) -> tuple[Path, Path]:
+    """(the Python that runs prime-rl's orchestrator, the checkout); RehearsalError naming what is wrong."""
+
+    install = find_prime_rl(explicit)
+    if install is None:
+        raise RehearsalError(f"prime-rl not found (--prime-rl, $PRIME_RL_DIR, ~/prime-rl); install it: {INSTALL}")
+    if not (install.root / "src" / "prime_rl").is_dir():
+        raise RehearsalError(f"{install.root} ({install.source}) is not a prime-rl checkout; install it: {INSTALL}")
+    commit = install.commit()
+    if commit is None or not commit.startswith(PRIME_RL_COMMIT):
+        at = commit[:12] if commit else "no git commit"
+        raise RehearsalError(
+            f"prime-rl in {install.root} is at {at}, not the pinned {PRIME_RL_COMMIT}; "
+            f"run {INSTALL.replace('[DIR]', str(install.root))} to check it out"
+        )
+    for venv in VENVS:
+        python = install.root / venv / "bin" / "python"
+        if python.exists():
+            break
+    else:
+        raise RehearsalError(f"{install.root} has no venv with prime-rl's orchestrator; run {INSTALL}")
+    probe = subprocess.run(
+        [str(python), "-c", "import prime_rl.orchestrator.orchestrator"], capture_output=True, text=True, timeout=120
+    )
+    if probe.returncode != 0:
+        last = (probe.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise RehearsalError(f"{python} cannot import prime-rl's orchestrator ({last}); run {INSTALL}")
+    return python, install.root
+
+
+def check_docker(images: list[str]) -> None:
+    from air.sandbox.config import SandboxConfig
+    from air.sandbox.container import docker_client, require_image
+    from air.sandbox.errors import SandboxError
+
+    try:
+        client = docker_client()
+        for image in images or [""]:
+            require_image(SandboxConfig(image=image), client)
+    except SandboxError as exc:
+        raise RehearsalError(f"the rollouts need Docker: {exc}") from exc

@@ -1,0 +1,125 @@
+"""Runs inside prime-rl's venv, started by ``air rehearse``: prime-rl's own code, three small hooks.
+
+    python -m air.rehearsal.orchestrator_entry derive RL_TOML OVERRIDES_JSON OUT_TOML
+        The orchestrator config exactly as ``rl`` derives it from a combined config (``RLConfig``, then
+        ``orchestrator.model_dump``), with the rehearsal's overrides merged in, written as TOML.
+    python -m air.rehearsal.orchestrator_entry run ORCH_TOML METRICS_JSONL STEPS
+        prime-rl's orchestrator ``main()``, with two additions: every dict it logs to its monitor is
+        also appended to METRICS_JSONL (without W&B, prime-rl keeps metrics in memory only), and a
+        stand-in trainer thread (see :func:`stand_in_trainer`).
+
+Only the standard library and prime-rl are imported here: this file is the one part of ``air`` that
+runs in someone else's environment.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+POLL_S = 0.2
+
+
+def derive(rl_toml: str, overrides_json: str, out_toml: str) -> None:
+    import tomli_w
+    from prime_rl.rl import RLConfig
+
+    RLConfig.set_toml_files([rl_toml])
+    try:
+        config = RLConfig()
+    finally:
+        RLConfig.clear_toml_files()
+    orchestrator = config.orchestrator.model_dump(exclude_none=True, mode="json")
+    overrides = json.loads(Path(overrides_json).read_text())
+    for key in overrides.pop("_drop", []):
+        orchestrator.pop(key, None)
+    env_args = overrides.pop("_env_args", {})
+    for env in orchestrator.get("env", []):
+        env.setdefault("args", {}).update(env_args)
+    merge(orchestrator, overrides)
+    Path(out_toml).write_text(tomli_w.dumps(orchestrator))
+
+
+def merge(base: dict, update: dict) -> None:
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            merge(base[key], value)
+        else:
+            base[key] = value
+
+
+def stand_in_trainer(output_dir: Path, steps: int, seq_len: int, report: Path) -> None:
+    """What the orchestrator waits for from a trainer, and nothing else: for step k, read
+    ``rollouts/step_k/rollouts.bin`` with prime-rl's own decoder, pass every sample through the
+    trainer's ``prepare_sample`` (its length checks), then publish ``broadcasts/step_{k+1}/STABLE``
+    (the orchestrator then calls the server's weight route, as after a real update). No weights are
+    written: the scripted server's text does not depend on them."""
+    import msgspec
+    from prime_rl.trainer.batch import prepare_sample
+    from prime_rl.transport.types import TrainingBatch
+
+    decoder = msgspec.msgpack.Decoder(type=TrainingBatch)
+    for step in range(steps):
+        batch_file = output_dir / "rollouts" / f"step_{step}" / "rollouts.bin"
+        while not batch_file.exists():
+            time.sleep(POLL_S)
+        started = time.time()
+        entry: dict = {"step": step, "received_at": started}
+        try:
+            batch = decoder.decode(batch_file.read_bytes())
+            prepared = [prepare_sample(sample, seq_len) for sample in batch.examples]
+            entry.update(
+                samples=len(batch.examples),
+                batch_step=batch.step,
+                trained_tokens=sum(sum(p.loss_mask) for p in prepared),
+                input_tokens=sum(len(p.input_ids) for p in prepared),
+            )
+        except Exception as exc:  # reported, and the rehearsal fails on it: the real trainer would have
+            entry["error"] = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        with report.open("a") as out:
+            out.write(json.dumps(entry) + "\n")
+        published = output_dir / "broadcasts" / f"step_{step + 1}"
+        published.mkdir(parents=True, exist_ok=True)
+        (published / "STABLE").touch()
+
+
+def run(orch_toml: str, metrics_jsonl: str, steps: str) -> None:
+    import tomllib
+
+    from prime_rl.orchestrator import orchestrator
+    from prime_rl.utils.monitor.base import NoOpMonitor
+
+    metrics_path = Path(metrics_jsonl)
+    lock = threading.Lock()
+    keep = NoOpMonitor.log
+
+    def log(self, metrics, step=None):
+        keep(self, metrics, step)
+        with lock, metrics_path.open("a") as out:
+            out.write(json.dumps(metrics, default=float) + "\n")
+
+    NoOpMonitor.log = log
+    config = tomllib.loads(Path(orch_toml).read_text())
+    trainer = threading.Thread(
+        target=stand_in_trainer,
+        args=(
+            Path(config["output_dir"]),
+            int(steps),
+            int(config.get("seq_len", 2048)),
+            metrics_path.parent / "trainer.jsonl",
+        ),
+        name="stand-in-trainer",
+        daemon=True,
+    )
+    trainer.start()
+    sys.argv = ["orchestrator", "@", orch_toml]
+    orchestrator.main()
+
+
+if __name__ == "__main__":
+    command, *arguments = sys.argv[1:]
+    {"derive": derive, "run": run}[command](*arguments)

@@ -1,0 +1,357 @@
+"""``air rehearse``: a training run's whole data path on this machine, before any GPU is booked.
+
+prime-rl's real orchestrator (its own entry point, its forked env workers, the pinned verifiers) runs
+``air_mlgym`` rollouts in real containers against :class:`air.agents.server.PolicyServer` answering like
+vLLM serving a tiny model (token ids, logprobs), with the config's envs, env args, batch, group size and
+trajectory strategy. A stand-in trainer (``orchestrator_entry.stand_in_trainer``) publishes only what the
+orchestrator waits for. Then the batches it handed the trainer are read back (:mod:`.batches`).
+
+Changed from the config, and only this: the client points at the scripted server, ``model.name`` at the
+tiny model, ``max_steps`` is ``--steps``, outputs go to the rehearsal's folder (trajectories too), and
+what needs a network or a trainer is dropped (W&B: metrics are captured locally instead; prime's
+monitor; checkpoints; evals). Refused with the reason: NCCL weight broadcast, a teacher model, env ids
+that prime-rl would install from the hub.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import tomllib
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import air
+from air.rehearsal.batches import BatchFigures, BatchFormatError, figures, read_batch
+from air.rehearsal.checks import check_docker, find_orchestrator_python
+from air.rehearsal.errors import RehearsalError
+
+DROPPED = ("wandb", "prime_monitor", "ckpt", "eval", "heartbeat")
+ENTRY = "air.rehearsal.orchestrator_entry"
+
+
+@dataclass
+class RehearsalSettings:
+    config: Path
+    steps: int = 3
+    prime_rl: str | None = None
+    policy: str = "noisy"
+    output: Path | None = None
+    model_dir: Path | None = None
+    timeout_s: float = 1800.0
+    seed: int = 0
+
+
+@dataclass
+class RehearsalReport:
+    config: str
+    output_dir: str
+    steps_requested: int
+    steps_completed: int
+    rollouts: int
+    masked: int
+    samples: int
+    reward_mean: float
+    advantage_nonzero_share: float
+    zero_advantage_groups: int
+    loss_mask_ok: bool
+    samples_per_rollout: float
+    seconds_per_step: float
+    trajectory_strategy: str
+    groups: int
+    masked_samples: int
+    advantages_match_rewards: bool
+    loss_tokens: int
+    weight_updates: int
+    trainer_errors: list[str] = field(default_factory=list)
+    loss_mask_problems: list[str] = field(default_factory=list)
+    env_metrics: dict[str, float] = field(default_factory=dict)
+    orchestrator_metrics: dict[str, float] = field(default_factory=dict)
+    dropped: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "problems": self.problems(), "warnings": self.warnings()}
+
+    def problems(self) -> list[str]:
+        """What would make the GPU run useless: nothing reaches the trainer, or nothing it could learn."""
+        found = []
+        if self.samples == 0:
+            found.append("no sample reached the trainer")
+        elif self.advantage_nonzero_share == 0:
+            found.append("every advantage is 0: the loss would stay 0.0 (rewards equal within every group)")
+        if self.rollouts and self.masked == self.rollouts:
+            found.append("every rollout was masked (each one errored)")
+        if not self.loss_mask_ok:
+            found.append("the loss mask covers tokens it must not: " + "; ".join(self.loss_mask_problems[:3]))
+        if not self.advantages_match_rewards:
+            found.append("advantages do not equal reward minus the group mean")
+        return found + [f"the trainer would fail: {error}" for error in self.trainer_errors]
+
+    def warnings(self) -> list[str]:
+        found = []
+        if self.masked:
+            found.append(f"{self.masked} of {self.rollouts} rollouts masked (errored): see their trajectories")
+        if self.zero_advantage_groups:
+            found.append(f"{self.zero_advantage_groups} of {self.groups} groups teach nothing (equal rewards)")
+        return found
+
+
+@dataclass
+class PlannedConfig:
+    path: Path
+    strategy: str
+    group_size: int
+    batch_size: int
+    max_model_len: int | None
+    env_images: list[str]
+    dropped: list[str]
+
+
+def plan_config(path: Path) -> PlannedConfig:
+    """Read the combined config for what the rehearsal must know or cannot honour (prime-rl's own
+    validation comes later, in its venv)."""
+    try:
+        raw = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise RehearsalError(f"cannot read {path}: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise RehearsalError(f"{path} is not valid TOML: {exc}") from exc
+    orchestrator = raw.get("orchestrator", {})
+    if orchestrator.get("teacher_model") or raw.get("teacher_model"):
+        raise RehearsalError(f"{path}: a teacher model needs a second inference server; the rehearsal has none")
+    broadcast = raw.get("weight_broadcast", {}).get("type") or orchestrator.get("weight_broadcast", {}).get("type")
+    if broadcast == "nccl":
+        raise RehearsalError(f"{path}: weight_broadcast type 'nccl' needs GPUs; use 'filesystem' to rehearse")
+    envs = orchestrator.get("env", [])
+    if not envs:
+        raise RehearsalError(f"{path}: no [[orchestrator.env]]: nothing to rehearse")
+    hub_ids = [env.get("id", "") for env in envs if "/" in env.get("id", "")]
+    if hub_ids:
+        raise RehearsalError(
+            f"{path}: env ids {hub_ids} would be installed from the Prime hub; the rehearsal is offline"
+        )
+    dropped = [key for key in DROPPED if key in raw or key in orchestrator]
+    return PlannedConfig(
+        path=path,
+        strategy=orchestrator.get("trajectory_strategy", "interleaved"),
+        group_size=int(orchestrator.get("rollouts_per_example", 1)),
+        batch_size=int(orchestrator.get("batch_size", 128)),
+        max_model_len=raw.get("max_model_len") or raw.get("seq_len") or orchestrator.get("seq_len"),
+        env_images=sorted({str(env.get("args", {}).get("image") or "") for env in envs}),
+        dropped=dropped,
+    )
+
+
+def rehearse(settings: RehearsalSettings, progress: Callable[[str, int, int], None] | None = None) -> RehearsalReport:
+    """Run the rehearsal; ``progress(what, done, total)`` hears about set-up stages and finished steps."""
+    from air.agents.server import PolicyServer
+    from air.agents.tiny_model import TinyModelError, write_tiny_model
+
+    say = progress or (lambda what, done, total: None)
+    plan = plan_config(settings.config.resolve())
+    python, prime_rl_root = find_orchestrator_python(settings.prime_rl)
+    check_docker(plan.env_images)
+    out = (settings.output or Path("outputs/rehearse") / time.strftime("%Y%m%d-%H%M%S")).resolve()
+    if out.exists() and any(out.iterdir()):
+        raise RehearsalError(f"{out} is not empty: name a new --output folder")
+    run_dir = out / "run_default"
+    run_dir.mkdir(parents=True)
+    say("tiny model", 0, 1)
+    try:
+        model_dir = write_tiny_model(settings.model_dir or default_model_dir())
+    except TinyModelError as exc:
+        raise RehearsalError(str(exc)) from exc
+    say("tiny model", 1, 1)
+    with PolicyServer(
+        settings.policy, vllm_model=model_dir, max_model_len=plan.max_model_len, seed=settings.seed
+    ) as server:
+        overrides = {
+            "client": {"base_url": [server.base_url]},
+            "model": {"name": server.model_name},
+            "max_steps": settings.steps,
+            "output_dir": str(run_dir),
+            "_drop": list(DROPPED),
+            "_env_args": {"trajectory_dir": str(out / "trajectories"), "run_id": f"rehearse-{os.getpid()}"},
+        }
+        orch_toml = derive_config(python, plan.path, overrides, out)
+        started = time.time()
+        run_orchestrator(python, orch_toml, out, settings, say)
+        elapsed = time.time() - started
+        weight_updates = len(server.app.vllm.weight_updates)
+    return build_report(plan, settings, out, model_dir, elapsed, weight_updates, prime_rl_root)
+
+
+def default_model_dir() -> Path:
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "air" / "tiny-model"
+
+
+def entry_env() -> dict[str, str]:
+    """The environment of prime-rl's processes: offline, this checkout's ``air`` first on the path."""
+    project = str(Path(air.__file__).resolve().parent.parent)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env["PYTHONPATH"] = os.pathsep.join([project, *filter(None, [os.environ.get("PYTHONPATH")])])
+    env["OPENAI_API_KEY"] = "rehearsal"  # the scripted server takes any key; prime-rl sends this one
+    env["WANDB_MODE"] = "disabled"
+    return env
+
+
+def derive_config(python: Path, config: Path, overrides: dict[str, Any], out: Path) -> Path:
+    overrides_file, orch_toml = out / "overrides.json", out / "orchestrator.toml"
+    overrides_file.write_text(json.dumps(overrides, indent=2))
+    command = [str(python), "-m", ENTRY, "derive", str(config), str(overrides_file), str(orch_toml)]
+    done = subprocess.run(command, env=entry_env(), capture_output=True, text=True, timeout=300, cwd=out)
+    if done.returncode != 0:
+        tail = "\n".join(done.stderr.strip().splitlines()[-8:])
+        raise RehearsalError(f"prime-rl could not turn {config} into an orchestrator config:\n{tail}")
+    return orch_toml
+
+
+def run_orchestrator(python: Path, orch_toml: Path, out: Path, settings: RehearsalSettings, say) -> None:
+    log_path, trainer_log = out / "orchestrator.stdout", out / "trainer.jsonl"
+    command = [str(python), "-m", ENTRY, "run", str(orch_toml), str(out / "metrics.jsonl"), str(settings.steps)]
+    deadline = time.monotonic() + settings.timeout_s
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            command, cwd=out, env=entry_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            while process.poll() is None:
+                say("steps", _lines(trainer_log), settings.steps)
+                if time.monotonic() > deadline:
+                    raise RehearsalError(
+                        f"the orchestrator did not finish {settings.steps} steps in {settings.timeout_s:.0f} s; "
+                        f"its log: {log_path}\n{_tail(log_path)}"
+                    )
+                time.sleep(1.0)
+        finally:
+            stop_tree(process)
+            reap_containers()
+    say("steps", _lines(trainer_log), settings.steps)
+    if process.returncode != 0 or _lines(trainer_log) < settings.steps:
+        raise RehearsalError(
+            f"prime-rl's orchestrator exited with status {process.returncode} after "
+            f"{_lines(trainer_log)} of {settings.steps} steps; its log: {log_path}\n{_tail(log_path)}"
+        )
+
+
+def stop_tree(process: subprocess.Popen) -> None:
+    """The orchestrator and its env workers share a session: end them all (workers outlive a crash)."""
+    for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            process.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            continue
+        time.sleep(0.5)  # workers of the group may still be exiting
+    process.poll()
+
+
+def reap_containers() -> None:
+    from air.sandbox.errors import SandboxError
+    from air.sandbox.pool import reap_orphans
+
+    try:
+        reap_orphans()
+    except SandboxError:
+        pass
+
+
+def build_report(
+    plan: PlannedConfig,
+    settings: RehearsalSettings,
+    out: Path,
+    model_dir: Path,
+    elapsed: float,
+    weight_updates: int,
+    prime_rl_root: Path,
+) -> RehearsalReport:
+    from transformers import AutoTokenizer
+
+    run_dir = out / "run_default"
+    batches = []
+    for step in range(settings.steps):
+        path = run_dir / "rollouts" / f"step_{step}" / "rollouts.bin"
+        try:
+            batches.append(read_batch(path)[1])
+        except (OSError, BatchFormatError) as exc:
+            raise RehearsalError(f"cannot read the batch of step {step}: {exc}") from exc
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    special = {tokenizer.convert_tokens_to_ids(token) for token in ("<|im_start|>", "<|endoftext|>")}
+    batch: BatchFigures = figures(batches, plan.strategy, plan.group_size, special)
+    trainer = [json.loads(line) for line in (out / "trainer.jsonl").read_text().splitlines() if line.strip()]
+    logged = [json.loads(line) for line in _read(out / "metrics.jsonl").splitlines() if line.strip()]
+    step_logs = [entry for entry in logged if "reward/mean" in entry or "progress/samples" in entry]
+    return RehearsalReport(
+        config=str(plan.path),
+        output_dir=str(out),
+        steps_requested=settings.steps,
+        steps_completed=batch.steps,
+        rollouts=batch.rollouts,
+        masked=batch.masked,
+        samples=batch.samples,
+        reward_mean=batch.reward_mean,
+        advantage_nonzero_share=batch.advantage_nonzero_share,
+        zero_advantage_groups=batch.zero_advantage_groups,
+        loss_mask_ok=batch.loss_mask_ok,
+        samples_per_rollout=batch.samples_per_rollout,
+        seconds_per_step=elapsed / max(batch.steps, 1),
+        trajectory_strategy=plan.strategy,
+        groups=batch.groups,
+        masked_samples=batch.masked_samples,
+        advantages_match_rewards=batch.advantages_match_rewards,
+        loss_tokens=batch.loss_tokens,
+        weight_updates=weight_updates,
+        trainer_errors=[f"step {t['step']}: {t['error']}" for t in trainer if "error" in t],
+        loss_mask_problems=batch.loss_mask_problems,
+        env_metrics=_mean_of(step_logs, lambda key: key.startswith("metrics/")),
+        orchestrator_metrics=_mean_of(step_logs, lambda key: key in ORCHESTRATOR_KEYS),
+        dropped=plan.dropped,
+    )
+
+
+ORCHESTRATOR_KEYS = (
+    "reward/mean",
+    "error/mean",
+    "num_turns/mean",
+    "seq_len/mean",
+    "is_truncated/mean",
+    "batch/solve_none",
+    "batch/solve_all",
+    "time/step",
+)
+
+
+def _mean_of(entries: list[dict[str, Any]], wanted: Callable[[str], bool]) -> dict[str, float]:
+    sums: dict[str, list[float]] = {}
+    for entry in entries:
+        for key, value in entry.items():
+            if wanted(key) and isinstance(value, int | float) and not isinstance(value, bool):
+                sums.setdefault(key, []).append(float(value))
+    return {key: sum(values) / len(values) for key, values in sorted(sums.items())}
+
+
+def _lines(path: Path) -> int:
+    return sum(1 for line in _read(path).splitlines() if line.strip())
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def _tail(path: Path, lines: int = 25) -> str:
+    return "\n".join(_read(path).splitlines()[-lines:])
+
+
+__all__ = ["RehearsalError", "RehearsalReport", "RehearsalSettings", "plan_config", "rehearse"]
