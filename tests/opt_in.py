@@ -1,5 +1,7 @@
 """The checkouts a user may point the opt-in tests at, read once before conftest clears the user's
-variables (so nothing else in a test sees them): MLGym from $AIR_TEST_MLGYM_ROOT, else $MLGYM_ROOT."""
+variables (so nothing else in a test sees them): MLGym from $AIR_TEST_MLGYM_ROOT, else $MLGYM_ROOT;
+prime-rl (installed by install_prime_rl.sh, e.g. --orchestrator-only) from $AIR_TEST_PRIME_RL_DIR, else
+$PRIME_RL_DIR."""
 
 from __future__ import annotations
 
@@ -7,9 +9,16 @@ import os
 from pathlib import Path
 
 MLGYM_CHECKOUT = os.environ.get("AIR_TEST_MLGYM_ROOT") or os.environ.get("MLGYM_ROOT") or ""
+PRIME_RL_CHECKOUT = os.environ.get("AIR_TEST_PRIME_RL_DIR") or os.environ.get("PRIME_RL_DIR") or ""
 
 
 def mlgym_checkout() -> Path | None:
     """The MLGym checkout the opt-in tests use, or None (they skip)."""
     root = Path(MLGYM_CHECKOUT).expanduser() if MLGYM_CHECKOUT else None
     return root if root is not None and (root / "configs" / "tasks").is_dir() else None
+
+
+def prime_rl_checkout() -> Path | None:
+    """The prime-rl checkout the opt-in rehearsal tests use, or None (they skip)."""
+    root = Path(PRIME_RL_CHECKOUT).expanduser() if PRIME_RL_CHECKOUT else None
+    return root if root is not None and (root / "src" / "prime_rl").is_dir() else None

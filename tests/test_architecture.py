@@ -26,8 +26,9 @@ ALLOWED = {
     "agents": {"env"},
     "runs": {"sandbox", "tasks", "env", "agents"},
     "training": {"sandbox", "tasks", "env"},
+    "rehearsal": {"sandbox", "tasks", "env", "agents", "training"},
     "viewer": {"tasks", "env"},
-    "cli": {"sandbox", "tasks", "env", "agents", "runs", "training", "viewer"},
+    "cli": {"sandbox", "tasks", "env", "agents", "runs", "training", "rehearsal", "viewer"},
 }
 # The only modules that import verifiers themselves; everything else reaches it through them or not at all.
 VERIFIERS_IMPORTERS = {"air.env.mlgym_env", "air.env.load", "air_mlgym", "simple_env"}

@@ -98,6 +98,25 @@ def split_rollouts(samples: list[Sample], strategy: str) -> list[Rollout]:
     return rollouts
 
 
+def split_groups(rollouts: list[Rollout], group_size: int, tolerance: float = 1e-6) -> list[list[Rollout]]:
+    """Consecutive rollouts of one group share ``reward - advantage`` (their group's mean reward). A
+    rollout that failed before its first model turn has no sample but still counts in that mean: its
+    group comes out short here, and only complete groups can be checked against prime-rl's rule."""
+    groups: list[list[Rollout]] = []
+    for rollout in rollouts:
+        baseline = rollout.reward - rollout.advantage
+        current = groups[-1] if groups else None
+        if (
+            current
+            and len(current) < group_size
+            and math.isclose(current[0].reward - current[0].advantage, baseline, abs_tol=tolerance)
+        ):
+            current.append(rollout)
+        else:
+            groups.append([rollout])
+    return groups
+
+
 def _continues(previous: Sample, sample: Sample) -> bool:
     longer = len(sample.prompt_ids) > len(previous.prompt_ids)
     extends = longer and sample.prompt_ids[: len(previous.prompt_ids)] == previous.prompt_ids
@@ -116,6 +135,7 @@ class BatchFigures:
     groups: int
     zero_advantage_groups: int
     advantages_match_rewards: bool  # advantage == reward - mean(group rewards), prime-rl's rule at the pin
+    rollouts_without_samples: int  # failed before their first model turn: no sample, yet in their group's mean
     loss_mask_ok: bool
     loss_mask_problems: list[str]
     samples_per_rollout: float
@@ -123,16 +143,26 @@ class BatchFigures:
 
 
 def figures(
-    batches: list[list[Sample]], strategy: str, group_size: int, special_ids: set[int], tolerance: float = 1e-6
+    batches: list[list[Sample]],
+    strategy: str,
+    group_size: int,
+    special_ids: set[int],
+    batch_size: int | None = None,
+    tolerance: float = 1e-6,
 ) -> BatchFigures:
     """``special_ids``: token ids a model turn never trains on but an env turn starts with (ChatML's
     ``<|im_start|>``): finding one under the loss mask means env text would be trained on."""
     all_samples = [s for batch in batches for s in batch]
+    batch_size = batch_size or group_size
     rollouts, groups = [], []
     for batch in batches:
         step_rollouts = split_rollouts(batch, strategy)
         rollouts += step_rollouts
-        groups += [step_rollouts[i : i + group_size] for i in range(0, len(step_rollouts), group_size)]
+        if len(step_rollouts) == batch_size:  # none missing: groups are plain chunks, checked strictly
+            groups += [step_rollouts[i : i + group_size] for i in range(0, batch_size, group_size)]
+        else:
+            groups += split_groups(step_rollouts, group_size, tolerance)
+    complete = [g for g in groups if len(g) == group_size]
     problems = []
     for sample in all_samples:
         where = f"step {sample.step}"
@@ -147,7 +177,7 @@ def figures(
             problems.append(f"{where}: an unmasked sample with no token to train on")
     matches = all(
         all(math.isclose(r.advantage, r.reward - _mean([x.reward for x in g]), abs_tol=tolerance) for r in g)
-        for g in groups
+        for g in complete
     )
     return BatchFigures(
         steps=len(batches),
@@ -159,6 +189,7 @@ def figures(
         advantage_nonzero_share=_share([abs(s.advantage or 0.0) > tolerance for s in all_samples]),
         groups=len(groups),
         zero_advantage_groups=sum(all(abs(r.advantage) <= tolerance for r in g) for g in groups),
+        rollouts_without_samples=sum(group_size - len(g) for g in groups),
         advantages_match_rewards=matches,
         loss_mask_ok=not problems,
         loss_mask_problems=problems[:10],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -54,3 +55,21 @@ def check_docker(images: list[str]) -> None:
             require_image(SandboxConfig(image=image), client)
     except SandboxError as exc:
         raise RehearsalError(f"the rollouts need Docker: {exc}") from exc
+
+
+def check_envs_load(envs: list[dict], dropped_args: tuple[str, ...]) -> None:
+    """Each env loads here as prime-rl will load it (``vf.load_environment(id, **args)``: no container),
+    so a missing MLGym checkout or a wrong argument is named before the orchestrator starts."""
+    from air.env.load import load_env
+
+    for entry in envs:
+        args = {k: v for k, v in (entry.get("args") or {}).items() if k not in dropped_args}
+        name = entry.get("name") or entry.get("id")
+        try:
+            load_env(entry.get("id", ""), **args)
+        except Exception as exc:
+            cause = exc.__cause__ or exc
+            hint = ""
+            if entry.get("id") == "air_mlgym" and "task_root" not in args and not os.environ.get("MLGYM_ROOT"):
+                hint = " (its tasks come from $MLGYM_ROOT, which is not set: point it at an MLGym checkout)"
+            raise RehearsalError(f"env {name!r} ({entry.get('id')}) does not load: {cause}{hint}") from exc

@@ -37,9 +37,12 @@ def derive(rl_toml: str, overrides_json: str, out_toml: str) -> None:
     overrides = json.loads(Path(overrides_json).read_text())
     for key in overrides.pop("_drop", []):
         orchestrator.pop(key, None)
-    env_args = overrides.pop("_env_args", {})
+    env_args, env_drop = overrides.pop("_env_args", {}), overrides.pop("_env_drop", [])
     for env in orchestrator.get("env", []):
-        env.setdefault("args", {}).update(env_args)
+        args = env.setdefault("args", {})
+        for key in env_drop:
+            args.pop(key, None)
+        args.update(env_args)
     merge(orchestrator, overrides)
     Path(out_toml).write_text(tomli_w.dumps(orchestrator))
 

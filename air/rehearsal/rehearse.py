@@ -28,10 +28,11 @@ from typing import Any
 
 import air
 from air.rehearsal.batches import BatchFigures, BatchFormatError, figures, read_batch
-from air.rehearsal.checks import check_docker, find_orchestrator_python
+from air.rehearsal.checks import check_docker, check_envs_load, find_orchestrator_python
 from air.rehearsal.errors import RehearsalError
 
 DROPPED = ("wandb", "prime_monitor", "ckpt", "eval", "heartbeat")
+ENV_DROPPED = ("env_gpu",)  # task containers run without GPUs here; the data path is the same
 ENTRY = "air.rehearsal.orchestrator_entry"
 
 
@@ -66,6 +67,7 @@ class RehearsalReport:
     groups: int
     masked_samples: int
     advantages_match_rewards: bool
+    rollouts_without_samples: int
     loss_tokens: int
     weight_updates: int
     trainer_errors: list[str] = field(default_factory=list)
@@ -96,6 +98,11 @@ class RehearsalReport:
         found = []
         if self.masked:
             found.append(f"{self.masked} of {self.rollouts} rollouts masked (errored): see their trajectories")
+        if self.rollouts_without_samples:
+            found.append(
+                f"{self.rollouts_without_samples} rollouts failed before their first model turn (no sample; "
+                "prime-rl still counts their reward in their group's mean): see the trajectories' errors"
+            )
         if self.zero_advantage_groups:
             found.append(f"{self.zero_advantage_groups} of {self.groups} groups teach nothing (equal rewards)")
         return found
@@ -110,6 +117,7 @@ class PlannedConfig:
     max_model_len: int | None
     env_images: list[str]
     dropped: list[str]
+    envs: list[dict[str, Any]]
 
 
 def plan_config(path: Path) -> PlannedConfig:
@@ -136,6 +144,9 @@ def plan_config(path: Path) -> PlannedConfig:
             f"{path}: env ids {hub_ids} would be installed from the Prime hub; the rehearsal is offline"
         )
     dropped = [key for key in DROPPED if key in raw or key in orchestrator]
+    dropped += sorted(
+        {f"env_gpu of {env.get('name', env.get('id'))}" for env in envs if env.get("args", {}).get("env_gpu")}
+    )
     return PlannedConfig(
         path=path,
         strategy=orchestrator.get("trajectory_strategy", "interleaved"),
@@ -144,6 +155,7 @@ def plan_config(path: Path) -> PlannedConfig:
         max_model_len=raw.get("max_model_len") or raw.get("seq_len") or orchestrator.get("seq_len"),
         env_images=sorted({str(env.get("args", {}).get("image") or "") for env in envs}),
         dropped=dropped,
+        envs=envs,
     )
 
 
@@ -156,6 +168,7 @@ def rehearse(settings: RehearsalSettings, progress: Callable[[str, int, int], No
     plan = plan_config(settings.config.resolve())
     python, prime_rl_root = find_orchestrator_python(settings.prime_rl)
     check_docker(plan.env_images)
+    check_envs_load(plan.envs, ENV_DROPPED)
     out = (settings.output or Path("outputs/rehearse") / time.strftime("%Y%m%d-%H%M%S")).resolve()
     if out.exists() and any(out.iterdir()):
         raise RehearsalError(f"{out} is not empty: name a new --output folder")
@@ -177,6 +190,7 @@ def rehearse(settings: RehearsalSettings, progress: Callable[[str, int, int], No
             "output_dir": str(run_dir),
             "_drop": list(DROPPED),
             "_env_args": {"trajectory_dir": str(out / "trajectories"), "run_id": f"rehearse-{os.getpid()}"},
+            "_env_drop": list(ENV_DROPPED),
         }
         orch_toml = derive_config(python, plan.path, overrides, out)
         started = time.time()
@@ -286,7 +300,7 @@ def build_report(
             raise RehearsalError(f"cannot read the batch of step {step}: {exc}") from exc
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     special = {tokenizer.convert_tokens_to_ids(token) for token in ("<|im_start|>", "<|endoftext|>")}
-    batch: BatchFigures = figures(batches, plan.strategy, plan.group_size, special)
+    batch: BatchFigures = figures(batches, plan.strategy, plan.group_size, special, plan.batch_size)
     trainer = [json.loads(line) for line in (out / "trainer.jsonl").read_text().splitlines() if line.strip()]
     logged = [json.loads(line) for line in _read(out / "metrics.jsonl").splitlines() if line.strip()]
     step_logs = [entry for entry in logged if "reward/mean" in entry or "progress/samples" in entry]
@@ -308,6 +322,7 @@ def build_report(
         groups=batch.groups,
         masked_samples=batch.masked_samples,
         advantages_match_rewards=batch.advantages_match_rewards,
+        rollouts_without_samples=batch.rollouts_without_samples,
         loss_tokens=batch.loss_tokens,
         weight_updates=weight_updates,
         trainer_errors=[f"step {t['step']}: {t['error']}" for t in trainer if "error" in t],

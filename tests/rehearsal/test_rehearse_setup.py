@@ -1,0 +1,103 @@
+"""``air rehearse`` before anything runs: what it reads from a config, what it refuses and why, and each
+missing piece named with its fix (prime-rl absent, at another commit, without a venv; a bad TOML)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from air.cli.main import main
+from air.rehearsal.checks import find_orchestrator_python
+from air.rehearsal.errors import RehearsalError
+from air.rehearsal.rehearse import RehearsalReport, plan_config
+from air.training.config_files import PRIME_RL_COMMIT
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_shipped_config_is_read_for_strategy_group_size_and_what_is_dropped():
+    plan = plan_config(ROOT / "configs" / "mlgym" / "rl_2gpu.toml")
+    assert (plan.strategy, plan.group_size, plan.batch_size) == ("branching", 4, 16)
+    assert plan.max_model_len == 4096
+    assert set(plan.dropped) == {"wandb", "ckpt"}
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        ('[orchestrator]\nbatch_size = 4\n[[orchestrator.env]]\nid = "primeintellect/x"\n', "Prime hub"),
+        ('[orchestrator]\n[orchestrator.weight_broadcast]\ntype = "nccl"\n', "nccl"),
+        ('[orchestrator]\n[orchestrator.teacher_model]\nname = "m"\n', "teacher model"),
+        ("[orchestrator]\nbatch_size = 4\n", "no \\[\\[orchestrator.env\\]\\]"),
+        ("[orchestrator\nbatch_size = 4\n", "not valid TOML"),
+    ],
+)
+def test_what_a_cpu_rehearsal_cannot_honour_is_refused_with_the_reason(tmp_path, toml, message):
+    config = tmp_path / "rl.toml"
+    config.write_text(toml)
+    with pytest.raises(RehearsalError, match=message):
+        plan_config(config)
+
+
+def test_a_missing_config_is_named(tmp_path):
+    with pytest.raises(RehearsalError, match=f"cannot read {tmp_path / 'nope.toml'}"):
+        plan_config(tmp_path / "nope.toml")
+
+
+def _git(cwd: Path, *args: str) -> None:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t"}
+    env["GIT_COMMITTER_EMAIL"] = "t@t"
+    subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True)
+
+
+def test_prime_rl_missing_elsewhere_or_without_a_venv_is_named_with_the_install_command(tmp_path):
+    with pytest.raises(RehearsalError, match="not a prime-rl checkout.*--orchestrator-only"):
+        find_orchestrator_python(str(tmp_path / "absent"))
+    checkout = tmp_path / "prime-rl"
+    (checkout / "src" / "prime_rl").mkdir(parents=True)
+    (checkout / "pyproject.toml").write_text('[project]\nname = "prime-rl"\n')
+    _git(checkout, "init", "-q")
+    _git(checkout, "add", "-A")
+    _git(checkout, "commit", "-qm", "not the pin")
+    with pytest.raises(RehearsalError, match=f"not the pinned {PRIME_RL_COMMIT}"):
+        find_orchestrator_python(str(checkout))
+
+
+def test_the_cli_refuses_zero_steps_and_reports_a_missing_prime_rl(tmp_path, capsys):
+    config = ROOT / "configs" / "mlgym" / "rl_2gpu.toml"
+    assert main(["rehearse", "--config", str(config), "--steps", "0"]) != 0
+    assert "--steps must be at least 1" in capsys.readouterr().err
+    assert main(["rehearse", "--config", str(config), "--prime-rl", str(tmp_path / "none")]) != 0
+    assert "install_prime_rl.sh --orchestrator-only" in capsys.readouterr().err
+
+
+def _report(**changes) -> RehearsalReport:
+    figures = dict(
+        config="c", output_dir="o", steps_requested=3, steps_completed=3, rollouts=8, masked=0, samples=20,
+        reward_mean=0.2, advantage_nonzero_share=0.5, zero_advantage_groups=1, loss_mask_ok=True,
+        samples_per_rollout=2.5, seconds_per_step=10.0, trajectory_strategy="branching", groups=4, masked_samples=0,
+        advantages_match_rewards=True, rollouts_without_samples=0, loss_tokens=100, weight_updates=3,
+    )  # fmt: skip
+    return RehearsalReport(**{**figures, **changes})
+
+
+def test_the_verdict_fails_a_run_that_could_not_teach_anything():
+    assert _report().problems() == [] and "1 of 4 groups teach nothing" in _report().warnings()[0]
+    assert "loss would stay 0.0" in _report(advantage_nonzero_share=0.0).problems()[0]
+    assert "no sample reached the trainer" in _report(samples=0).problems()[0]
+    assert "every rollout was masked" in _report(masked=8).problems()[0]
+    assert _report(masked=2).problems() == [] and "2 of 8 rollouts masked" in _report(masked=2).warnings()[0]
+    assert "trainer would fail: step 1: boom" in _report(trainer_errors=["step 1: boom"]).problems()[0]
+
+
+def test_an_env_that_cannot_load_is_named_before_the_orchestrator_starts():
+    from air.rehearsal.checks import check_envs_load
+
+    debug = plan_config(ROOT / "configs" / "mlgym" / "rl_debug.toml")  # MLGym's titanic, $MLGYM_ROOT unset here
+    assert any(item.startswith("env_gpu of") for item in debug.dropped)
+    with pytest.raises(RehearsalError, match=r"env 'mlgym-titanic' \(air_mlgym\) does not load: .*titanic.*MLGYM_ROOT"):
+        check_envs_load(debug.envs, ("env_gpu",))
+    check_envs_load(plan_config(ROOT / "configs" / "mlgym" / "rl_2gpu.toml").envs, ("env_gpu",))  # loads
