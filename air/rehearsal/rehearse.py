@@ -135,6 +135,9 @@ def plan_config(path: Path) -> PlannedConfig:
     broadcast = raw.get("weight_broadcast", {}).get("type") or orchestrator.get("weight_broadcast", {}).get("type")
     if broadcast == "nccl":
         raise RehearsalError(f"{path}: weight_broadcast type 'nccl' needs GPUs; use 'filesystem' to rehearse")
+    transport = orchestrator.get("rollout_transport", {}).get("type", "filesystem")
+    if transport != "filesystem":
+        raise RehearsalError(f"{path}: rollout_transport {transport!r}: the stand-in trainer reads batches from files")
     envs = orchestrator.get("env", [])
     if not envs:
         raise RehearsalError(f"{path}: no [[orchestrator.env]]: nothing to rehearse")

@@ -31,6 +31,7 @@ def test_a_shipped_config_is_read_for_strategy_group_size_and_what_is_dropped():
         ('[orchestrator]\nbatch_size = 4\n[[orchestrator.env]]\nid = "primeintellect/x"\n', "Prime hub"),
         ('[orchestrator]\n[orchestrator.weight_broadcast]\ntype = "nccl"\n', "nccl"),
         ('[orchestrator]\n[orchestrator.teacher_model]\nname = "m"\n', "teacher model"),
+        ('[orchestrator]\n[orchestrator.rollout_transport]\ntype = "zmq"\n', "reads batches from files"),
         ("[orchestrator]\nbatch_size = 4\n", "no \\[\\[orchestrator.env\\]\\]"),
         ("[orchestrator\nbatch_size = 4\n", "not valid TOML"),
     ],

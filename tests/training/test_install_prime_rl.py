@@ -126,6 +126,26 @@ def test_install_names_a_clone_source_that_does_not_exist(tmp_path):
     assert done.returncode != 0 and "cannot clone" in done.stderr
 
 
+def test_orchestrator_only_options_and_a_checkout_without_a_lock_file(fake_prime_rl, tmp_path):
+    """The CPU route clones at the pin like the full one, then needs prime-rl's uv.lock for versions
+    (the fake checkout has none: named). The full route runs against the real mirror in the opt-in
+    rehearsal test's set-up (README: Rehearse before you spend GPU hours)."""
+    repo, first, _ = fake_prime_rl
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PRIME_RL_DIR")}
+    env.update(PRIME_RL_REPO=str(repo), PRIME_RL_COMMIT=first)
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=300)
+
+    assert "unknown option --orchestrator" in run("--orchestrator").stderr
+    assert "one DIR at most" in run("a", "b").stderr
+    assert "--orchestrator-only [DIR]" in run("--help").stdout
+    target = tmp_path / "cpu"
+    done = run("--orchestrator-only", str(target))
+    assert done.returncode != 0 and f"cannot read {target}/uv.lock" in done.stderr
+    assert git(target, "rev-parse", "HEAD") == first and not (target / ".venv-orchestrator").exists()
+
+
 def run_air(target: Path, argv: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if k not in ("PRIME_RL_DIR", "MLGYM_ROOT", "VIRTUAL_ENV")}
     return subprocess.run(
