@@ -79,6 +79,9 @@ def register_standalone(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--policy", default="noisy", help="scripted agent: baseline|improve|noisy|replay:PATH")
     parser.add_argument("--base-url", help="OpenAI-compatible endpoint (.../v1); default: the scripted agent")
     parser.add_argument("--model", help="model name at the endpoint")
+    parser.add_argument(
+        "--vllm-model", metavar="MODEL_DIR", help="scripted agent's server answers like vLLM serving MODEL_DIR"
+    )
     parser.add_argument("--api-key-var", default="OPENAI_API_KEY", help="env var holding the endpoint's key")
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--max-tokens", type=int)

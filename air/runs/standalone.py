@@ -44,12 +44,21 @@ class StandaloneSettings(BaseModel):
     max_turns: int = Field(default=10, ge=1)
     policy: str = Field(default="noisy", description="Scripted agent when no --base-url is given.")
     base_url: str | None = Field(default=None, description="OpenAI-compatible endpoint (…/v1).")
+    vllm_model: str | None = Field(
+        default=None, description="The scripted agent's server answers like vLLM serving this model directory."
+    )
     model: str | None = Field(default=None, description="Model name at the endpoint.")
     api_key_var: str = Field(default="OPENAI_API_KEY", description="Env var holding the endpoint's key.")
     temperature: float = 1.0
     max_tokens: int | None = None
     seed: int = 0
     output_dir: str | None = None
+
+    @model_validator(mode="after")
+    def _vllm_model_needs_the_scripted_server(self) -> StandaloneSettings:
+        if self.vllm_model and self.base_url:
+            raise ValueError("vllm_model serves the scripted agent; it cannot be combined with base_url")
+        return self
 
     @model_validator(mode="after")
     def _groups_divide_batch(self) -> StandaloneSettings:
@@ -141,7 +150,7 @@ async def run_standalone(
         from air.agents.policies import make_policy
         from air.agents.server import PolicyServer
 
-        server = PolicyServer(make_policy(settings.policy), seed=settings.seed)
+        server = PolicyServer(make_policy(settings.policy), seed=settings.seed, vllm_model=settings.vllm_model)
         server.start()
         base_url, model, api_key = server.base_url, server.model_name, "scripted"
     else:

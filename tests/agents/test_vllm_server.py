@@ -296,3 +296,17 @@ def require_extra_or_skip() -> None:
         require_extra()
     except TinyModelError as exc:
         pytest.skip(str(exc))
+
+
+async def test_air_standalone_can_serve_its_scripted_agent_like_vllm(tiny_model_dir, tmp_path):
+    from air.runs.standalone import StandaloneSettings, run_standalone
+
+    settings = StandaloneSettings(
+        env="simple_env", steps=1, batch_size=2, rollouts_per_example=2, output_dir=str(tmp_path),
+        vllm_model=str(tiny_model_dir),
+    )  # fmt: skip
+    summary = await run_standalone(settings)
+    assert summary["rollouts"] == 2 and summary["masked"] == 0
+    assert summary["model"] == str(tiny_model_dir)  # vLLM names a model by the path it serves
+    with pytest.raises(ValueError, match="cannot be combined with base_url"):
+        StandaloneSettings(vllm_model=str(tiny_model_dir), base_url="http://127.0.0.1:1/v1")
