@@ -69,11 +69,15 @@ def owner_alive(labels: dict[str, str]) -> bool:
 
 
 def reap_orphans(client: docker.DockerClient | None = None) -> list[str]:
-    """Remove this host's air containers whose owning process has died; returns their ids."""
+    """Remove this host's air containers whose owning process has died; returns their ids.
+
+    Other processes (prime-rl's env workers, one per env) create and remove containers meanwhile: one
+    listed here may be gone before the SDK inspects it (``ignore_removed``). That race used to fail the
+    first rollout of a worker with a 404 for a sibling's container."""
     client = client or docker_client()
     filters = {"label": [f"{LABEL}=1", f"{LABEL_HOST}={socket.gethostname()}"]}
     reaped = []
-    for container in client.containers.list(all=True, filters=filters):
+    for container in client.containers.list(all=True, filters=filters, ignore_removed=True):
         if not owner_alive(container.labels):
             destroy_container(container)
             reaped.append(container.id)
@@ -87,7 +91,7 @@ def cleanup_all(wait: bool = True) -> None:
     ids = live_container_ids()
     try:  # also by label: a start cancelled mid-way may have left one untracked
         filters = {"label": [f"{LABEL}=1", f"{LABEL_HOST}={socket.gethostname()}", f"{LABEL_PID}={os.getpid()}"]}
-        ids |= {c.id for c in docker_client().containers.list(all=True, filters=filters)}
+        ids |= {c.id for c in docker_client().containers.list(all=True, filters=filters, ignore_removed=True)}
     except (docker.errors.DockerException, SandboxError):
         pass
     for cid in ids:
@@ -151,7 +155,10 @@ class SandboxPool:
         async with self._start_lock:  # rollouts acquire concurrently: all wait for the one start
             if not self._started:
                 install_exit_handlers()
-                await asyncio.to_thread(reap_orphans)
+                try:
+                    await asyncio.to_thread(reap_orphans)
+                except docker.errors.DockerException as exc:  # housekeeping: never a reason to fail a rollout
+                    log.warning("could not reap containers of dead runs: %s", exc)
                 try:
                     await asyncio.to_thread(require_image, self.config)
                 except SandboxImageMissing as exc:

@@ -92,7 +92,7 @@ def _owned_by_us(pid: int | None) -> bool:
 def _plan_containers(include_running: bool) -> tuple[list[ContainerItem], list[str], str | None]:
     try:
         filters = {"label": [f"{LABEL}=1", f"{LABEL_HOST}={socket.gethostname()}"]}
-        found = docker_client().containers.list(all=True, filters=filters)
+        found = docker_client().containers.list(all=True, filters=filters, ignore_removed=True)
     except (SandboxError, docker.errors.DockerException) as exc:
         return [], [], f"cannot list sandbox containers: {exc}"
     protected = self_and_ancestors()

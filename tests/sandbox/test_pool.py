@@ -118,6 +118,40 @@ def test_orphans_of_a_sigkilled_owner_are_reaped(sandbox_config: SandboxConfig) 
     assert not _existing(ids)
 
 
+def test_a_container_removed_by_its_owner_while_we_reap_is_skipped(
+    sandbox_config: SandboxConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race that prime-rl's env workers hit (one per env, each starting its pool while the others
+    finish rollouts): a container listed by the reaper is removed by its live owner before the SDK
+    inspects it. Staged exactly: the inspect of the live owner's first listed container removes it
+    first. The reaper must go on (it once raised the 404, failing a rollout's set-up) and still reap
+    the orphans."""
+    from docker.models.containers import ContainerCollection
+
+    live, live_ids = _owner_ids(sandbox_config, "wait")
+    dead, dead_ids = _owner_ids(sandbox_config, "wait")
+    dead.send_signal(signal.SIGKILL)
+    dead.wait(timeout=30)
+    original_get = ContainerCollection.get
+    vanished: list[str] = []
+
+    def get_after_its_owner_removed_it(self, container_id: str, *args, **kwargs):
+        if not vanished and container_id in live_ids:
+            vanished.append(container_id)
+            docker.from_env().containers.get(container_id).remove(force=True)
+        return original_get(self, container_id, *args, **kwargs)
+
+    monkeypatch.setattr(ContainerCollection, "get", get_after_its_owner_removed_it)
+    try:
+        reaped = reap_orphans()
+    finally:
+        monkeypatch.undo()
+        live.send_signal(signal.SIGTERM)
+        live.wait(timeout=60)
+    assert vanished, "the race was not staged: no container of the live owner was listed"
+    assert set(dead_ids) <= set(reaped) and not _existing(dead_ids)
+
+
 def test_reaping_spares_containers_of_live_owners(sandbox_config: SandboxConfig) -> None:
     proc, ids = _owner_ids(sandbox_config, "wait")
     try:
@@ -145,3 +179,19 @@ async def test_start_reaps_orphans(sandbox_config: SandboxConfig) -> None:
     await asyncio.to_thread(proc.wait, 30)
     async with SandboxPool(sandbox_config, size=0):
         assert not _existing(ids)
+
+
+async def test_a_failed_reap_does_not_fail_the_rollout_that_started_the_pool(
+    sandbox_config: SandboxConfig, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import air.sandbox.pool as pool_module
+
+    def engine_hiccup(client=None):
+        raise docker.errors.APIError("500 Server Error: the engine was busy")
+
+    monkeypatch.setattr(pool_module, "reap_orphans", engine_hiccup)
+    async with SandboxPool(sandbox_config, size=0) as pool:
+        sandbox = await pool.acquire()
+        assert (await sandbox.run("echo ok")).output.strip() == "ok"
+        pool.release(sandbox)
+    assert "could not reap containers of dead runs" in caplog.text
