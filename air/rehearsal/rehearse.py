@@ -169,7 +169,7 @@ def rehearse(settings: RehearsalSettings, progress: Callable[[str, int, int], No
 
     say = progress or (lambda what, done, total: None)
     plan = plan_config(settings.config.resolve())
-    python, prime_rl_root = find_orchestrator_python(settings.prime_rl)
+    python, _ = find_orchestrator_python(settings.prime_rl)
     check_docker(plan.env_images)
     check_envs_load(plan.envs, ENV_DROPPED)
     out = (settings.output or Path("outputs/rehearse") / time.strftime("%Y%m%d-%H%M%S")).resolve()
@@ -200,7 +200,7 @@ def rehearse(settings: RehearsalSettings, progress: Callable[[str, int, int], No
         run_orchestrator(python, orch_toml, out, settings, say)
         elapsed = time.time() - started
         weight_updates = len(server.app.vllm.weight_updates)
-    return build_report(plan, settings, out, model_dir, elapsed, weight_updates, prime_rl_root)
+    return build_report(plan, settings, out, model_dir, elapsed, weight_updates)
 
 
 def default_model_dir() -> Path:
@@ -289,7 +289,6 @@ def build_report(
     model_dir: Path,
     elapsed: float,
     weight_updates: int,
-    prime_rl_root: Path,
 ) -> RehearsalReport:
     from transformers import AutoTokenizer
 
