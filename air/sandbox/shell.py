@@ -11,7 +11,7 @@ import asyncio
 import socket
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import docker
 import docker.errors
@@ -97,6 +97,10 @@ class Shell:
         self._container = container
         self._config = config
         self._sock: socket.socket | None = None
+        # The SDK's wrapper around the hijacked connection; it holds the HTTP response that owns the
+        # connection. Dropped, the response is collected some time later and may close or pool the
+        # connection under the live shell (seen once: EBADF mid-command with 32 shells in one loop).
+        self._sock_owner: Any = None
         self._decoder = FrameDecoder()
         self._lock = asyncio.Lock()
         self.pid: int | None = None
@@ -107,7 +111,7 @@ class Shell:
     async def start(self, cwd: str | None = None) -> None:
         api = self._container.client.api
 
-        def _open() -> socket.socket:
+        def _open() -> tuple[socket.socket, Any]:
             exec_id = api.exec_create(
                 self._container.id,
                 SHELL_ARGV,
@@ -122,10 +126,10 @@ class Shell:
             raw = api.exec_start(exec_id, socket=True)
             sock = raw._sock  # the hijacked connection under the SDK's SocketIO wrapper
             sock.setblocking(False)
-            return sock
+            return sock, raw
 
         try:
-            self._sock = await asyncio.to_thread(_open)
+            self._sock, self._sock_owner = await asyncio.to_thread(_open)
         except docker.errors.DockerException as exc:
             raise SandboxDied(f"cannot start a shell in container {self._container.short_id}: {exc}") from exc
         self._decoder = FrameDecoder()
@@ -160,6 +164,7 @@ class Shell:
             except OSError:
                 pass
             self._sock = None
+        self._sock_owner = None
 
     async def run(self, command: str, timeout: float | None = None) -> CommandResult:
         async with self._lock:
