@@ -27,20 +27,28 @@ else
 
     say "reading prime-rl's uv.lock for versions"
     # Registry packages as constraints (==version); git sources apart: verifiers is the one we need.
-    python3 - "$DIR/uv.lock" "$work/constraints.txt" "$work/verifiers.txt" <<'PY' || die "cannot read $DIR/uv.lock"
+    python3 - "$DIR/uv.lock" "$work/constraints.txt" "$work/verifiers.txt" "$work/torch.txt" <<'PY' || die "cannot read $DIR/uv.lock"
 import sys, tomllib
 lock = tomllib.load(open(sys.argv[1], "rb"))
-pins, verifiers = [], None
-for package in lock.get("package", []):
-    source = package.get("source", {})
-    if "registry" in source and package["name"] != "torch":  # torch: chosen below (CPU build)
-        pins.append(f"{package['name']}=={package['version']}")
-    if package["name"] == "verifiers" and "git" in source:
+packages = lock.get("package", [])
+names = [package["name"] for package in packages]
+verifiers = torch = None
+pins = []
+for package in packages:
+    name, source = package["name"], package.get("source", {})
+    if name == "torch":  # not a constraint: the CPU build is chosen below
+        torch = torch or package["version"].split("+")[0]  # "2.9.1+cu128": the CUDA build's local tag
+    elif name == "verifiers" and "git" in source:
         verifiers = source["git"].rsplit("#", 1)[1]
-if verifiers is None:
-    sys.exit("no git source for verifiers in uv.lock")
-open(sys.argv[2], "w").write("\n".join(sorted(set(pins))) + "\n")
+    # Not pinned: torch's own build stack (it comes with whichever torch is installed), and packages the
+    # lock holds at several versions under markers a plain constraint cannot carry (triton is one).
+    elif "registry" in source and names.count(name) == 1 and not name.startswith(("nvidia-", "triton", "cuda-")):
+        pins.append(f"{name}=={package['version']}")
+if verifiers is None or torch is None:
+    sys.exit("no git source for verifiers, or no torch, in uv.lock")
+open(sys.argv[2], "w").write("\n".join(sorted(pins)) + "\n")
 open(sys.argv[3], "w").write(verifiers + "\n")
+open(sys.argv[4], "w").write(torch + "\n")
 PY
     VERIFIERS_COMMIT=$(cat "$work/verifiers.txt")
     VERIFIERS_REPO=${VERIFIERS_REPO:-https://github.com/PrimeIntellect-ai/verifiers.git}
@@ -59,7 +67,7 @@ PY
     elif [[ -n "${PRIME_RL_TORCH:-}" ]]; then
         uv pip install --quiet --python "$PY" "$PRIME_RL_TORCH" || die "cannot install PRIME_RL_TORCH=$PRIME_RL_TORCH"
     else
-        torch_pin=$(python3 -c "import sys, tomllib; print(next(p['version'] for p in tomllib.load(open(sys.argv[1], 'rb'))['package'] if p['name'] == 'torch'))" "$DIR/uv.lock")
+        torch_pin=$(cat "$work/torch.txt")
         if curl -fsS --max-time 10 -o /dev/null "$CPU_INDEX/torch/" 2>/dev/null; then
             uv pip install --quiet --python "$PY" --index-url "$CPU_INDEX" "torch==$torch_pin" ||
                 die "cannot install torch==$torch_pin from $CPU_INDEX"
