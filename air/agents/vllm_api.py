@@ -31,13 +31,9 @@ from air.agents.openai_errors import describe_validation_error, error_body
 from air.agents.token_scorer import PromptTooLong, ScoredCompletion, TokenScorer
 
 # prime-rl's wrappers (JSON answers) and vLLM's own LoRA routes (text answers).
-ADMIN_ROUTES = (
-    "/update_weights",
-    "/reload_weights",
-    "/load_lora_adapter",
-    "/v1/load_lora_adapter",
-    "/v1/unload_lora_adapter",
-)
+LOAD_ROUTES = ("/load_lora_adapter", "/v1/load_lora_adapter")
+UNLOAD_ROUTE = "/v1/unload_lora_adapter"
+ADMIN_ROUTES = ("/update_weights", "/reload_weights", *LOAD_ROUTES, UNLOAD_ROUTE)
 
 
 class VllmSampling(BaseModel):
@@ -162,7 +158,7 @@ class VllmSide:
         """Acknowledge a weight or adapter route the way vLLM (and prime-rl's wrapper of it) answers."""
         with self._lock:
             self.weight_updates.append(WeightUpdate(route, dict(body)))
-            if route.endswith("load_lora_adapter") and not route.endswith("unload_lora_adapter"):
+            if route in LOAD_ROUTES:
                 name, path = body.get("lora_name"), body.get("lora_path")
                 if not isinstance(name, str) or not isinstance(path, str):
                     return 400, error_body("lora_name and lora_path are required (strings)")
@@ -170,7 +166,7 @@ class VllmSide:
                 if route.startswith("/v1/"):  # vLLM's own route answers in text, prime-rl's wrapper in JSON
                     return 200, f"Success: LoRA adapter '{name}' added successfully."
                 return 200, {"status": "ok"}
-            if route.endswith("unload_lora_adapter"):
+            if route == UNLOAD_ROUTE:
                 name = body.get("lora_name")
                 if self.adapters.pop(name, None) is None:
                     message = f"The lora adapter '{name}' cannot be found."

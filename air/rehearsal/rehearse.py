@@ -115,9 +115,13 @@ class PlannedConfig:
     group_size: int
     batch_size: int
     max_model_len: int | None
-    env_images: list[str]
     dropped: list[str]
     envs: list[dict[str, Any]]
+
+    @property
+    def env_images(self) -> list[str]:
+        """The images the envs name ("" for the recipe's tag)."""
+        return sorted({str(env.get("args", {}).get("image") or "") for env in self.envs})
 
 
 def plan_config(path: Path) -> PlannedConfig:
@@ -156,7 +160,6 @@ def plan_config(path: Path) -> PlannedConfig:
         group_size=int(orchestrator.get("rollouts_per_example", 1)),
         batch_size=int(orchestrator.get("batch_size", 128)),
         max_model_len=raw.get("max_model_len") or raw.get("seq_len") or orchestrator.get("seq_len"),
-        env_images=sorted({str(env.get("args", {}).get("image") or "") for env in envs}),
         dropped=dropped,
         envs=envs,
     )

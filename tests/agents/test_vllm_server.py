@@ -280,22 +280,14 @@ async def test_a_rollout_through_verifiers_carries_tokens_on_every_step(tiny_mod
             assert later["tokens"]["prompt_ids"][: len(before)] == before, "a later prompt rewrote an earlier one"
 
 
-def test_policy_server_vllm_on_a_directory_without_a_model_names_it(tmp_path, capsys):
+def test_policy_server_vllm_on_a_directory_without_a_model_names_it(tiny_model_dir, tmp_path, capsys):
     from air.cli.main import main
 
-    require_extra_or_skip()
     assert main(["policy-server", "--vllm", str(tmp_path), "--port", "0"]) != 0
     assert f"{tmp_path} is not a model directory" in capsys.readouterr().err
     assert main(["tiny-model", str(tmp_path / "m"), "--seed", "2"]) == 0
     manifest = json.loads((tmp_path / "m" / MANIFEST).read_text())
     assert manifest["spec"]["seed"] == 2
-
-
-def require_extra_or_skip() -> None:
-    try:
-        require_extra()
-    except TinyModelError as exc:
-        pytest.skip(str(exc))
 
 
 async def test_air_standalone_can_serve_its_scripted_agent_like_vllm(tiny_model_dir, tmp_path):

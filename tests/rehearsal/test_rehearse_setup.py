@@ -3,8 +3,6 @@ missing piece named with its fix (prime-rl absent, at another commit, without a 
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,6 +12,7 @@ from air.rehearsal.checks import find_orchestrator_python
 from air.rehearsal.errors import RehearsalError
 from air.rehearsal.rehearse import RehearsalReport, plan_config
 from air.training.config_files import PRIME_RL_COMMIT
+from tests.git_repo import git
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,21 +47,15 @@ def test_a_missing_config_is_named(tmp_path):
         plan_config(tmp_path / "nope.toml")
 
 
-def _git(cwd: Path, *args: str) -> None:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t"}
-    env["GIT_COMMITTER_EMAIL"] = "t@t"
-    subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True)
-
-
 def test_prime_rl_missing_elsewhere_or_without_a_venv_is_named_with_the_install_command(tmp_path):
     with pytest.raises(RehearsalError, match="not a prime-rl checkout.*--orchestrator-only"):
         find_orchestrator_python(str(tmp_path / "absent"))
     checkout = tmp_path / "prime-rl"
     (checkout / "src" / "prime_rl").mkdir(parents=True)
     (checkout / "pyproject.toml").write_text('[project]\nname = "prime-rl"\n')
-    _git(checkout, "init", "-q")
-    _git(checkout, "add", "-A")
-    _git(checkout, "commit", "-qm", "not the pin")
+    git(checkout, "init", "-q")
+    git(checkout, "add", "-A")
+    git(checkout, "commit", "-qm", "not the pin")
     with pytest.raises(RehearsalError, match=f"not the pinned {PRIME_RL_COMMIT}"):
         find_orchestrator_python(str(checkout))
 
