@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from air.agents.openai_errors import describe_validation_error, error_body
 from air.agents.policies import Policy, make_policy
-from air.agents.vllm_api import VllmSide
+from air.agents.vllm_api import VllmSampling, VllmSide
 
 STARTUP_TIMEOUT_S = 30.0
 
@@ -137,18 +137,24 @@ class PolicyApp:
                 message, param = describe_validation_error(exc)
                 return JSONResponse(error_body(message, param=param), status_code=400)
             messages = [m.as_dict() for m in body.messages]
+            sampling = None
             if self.vllm is not None:
                 unknown = self.vllm.unknown_model(body.model)
                 if unknown:
                     return JSONResponse(error_body(unknown, kind="NotFoundError", param="model"), status_code=404)
+                try:  # before the policy answers: a rejected request draws nothing from its generator
+                    sampling = VllmSampling.model_validate_json(await request.body())
+                except ValidationError as exc:
+                    message, param = describe_validation_error(exc)
+                    return JSONResponse(error_body(message, param=param), status_code=400)
             try:
                 replies = [self.policy.respond(messages, self.request_rng(body, messages, i)) for i in range(body.n)]
             except Exception as exc:  # a policy bug must answer as a server error, not kill the connection
                 message = f"policy {self.policy_name!r} failed: {type(exc).__name__}: {exc}"
                 return JSONResponse(error_body(message, kind="server_error"), status_code=500)
             self.requests_served += 1
-            if self.vllm is not None and not body.stream:
-                return await self.vllm.completion_response(await request.body(), body.model, messages, replies)
+            if sampling is not None and not body.stream:
+                return await self.vllm.completion_response(sampling, body.model, messages, replies)
             completion_id = f"chatcmpl-{uuid.uuid4().hex}"
             created = int(time.time())
             usage = {

@@ -176,16 +176,13 @@ class VllmSide:
 
     # ------------------------------------------------------------------ HTTP
 
-    async def completion_response(self, raw: bytes, model: str, messages: list[dict[str, Any]], replies: list[str]):
+    async def completion_response(
+        self, sampling: VllmSampling, model: str, messages: list[dict[str, Any]], replies: list[str]
+    ):
         """The non-streamed chat completion vLLM would send for these scripted replies."""
         from starlette.concurrency import run_in_threadpool
         from starlette.responses import JSONResponse
 
-        try:
-            sampling = VllmSampling.model_validate_json(raw)
-        except ValidationError as exc:
-            message, param = describe_validation_error(exc)
-            return JSONResponse(error_body(message, param=param), status_code=400)
         try:
             scored = await run_in_threadpool(self.score, messages, replies, sampling)  # a forward pass: off the loop
         except PromptTooLong as exc:

@@ -177,6 +177,14 @@ def test_without_the_flags_the_token_fields_stay_empty_as_in_vllm(server):
     assert first.logprobs.content[0].token == f"token_id:{first.token_ids[0]}"
 
 
+def test_a_bad_sampling_field_is_a_400_before_the_policy_answers(server):
+    served = server.app.requests_served
+    with openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0) as client:
+        with pytest.raises(openai.BadRequestError, match="temperature"):
+            client.chat.completions.create(model=server.model_name, messages=MESSAGES, temperature=-1.0)
+    assert server.app.requests_served == served
+
+
 def test_a_prompt_past_the_context_is_vllms_400_which_verifiers_calls_overlong(server):
     long_messages = [{"role": "user", "content": "word " * 400}]  # > max_model_len=256 tokens
     with openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0) as client:
