@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import time
 import tomllib
@@ -30,6 +29,8 @@ import air
 from air.rehearsal.batches import BatchFigures, BatchFormatError, figures, read_batch
 from air.rehearsal.checks import check_docker, check_envs_load, find_orchestrator_python
 from air.rehearsal.errors import RehearsalError
+from air.training.process_control import live_processes, stop_processes
+from air.training.process_records import ProcessRecord, forget, record_launch, save
 
 DROPPED = ("wandb", "prime_monitor", "ckpt", "eval", "heartbeat")
 ENV_DROPPED = ("env_gpu",)  # task containers run without GPUs here; the data path is the same
@@ -240,6 +241,8 @@ def run_orchestrator(python: Path, orch_toml: Path, out: Path, settings: Rehears
         process = subprocess.Popen(
             command, cwd=out, env=entry_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
+        # Recorded like `air train`'s runs: if this process dies, `air clean` can still stop the tree.
+        record = record_launch(process.pid, "rehearsal", command, out, config=str(settings.config))
         try:
             while process.poll() is None:
                 say("steps", _lines(trainer_log), settings.steps)
@@ -250,7 +253,7 @@ def run_orchestrator(python: Path, orch_toml: Path, out: Path, settings: Rehears
                     )
                 time.sleep(1.0)
         finally:
-            stop_tree(process)
+            stop_tree(process, record)
             reap_containers()
     say("steps", _lines(trainer_log), settings.steps)
     if process.returncode != 0 or _lines(trainer_log) < settings.steps:
@@ -260,19 +263,15 @@ def run_orchestrator(python: Path, orch_toml: Path, out: Path, settings: Rehears
         )
 
 
-def stop_tree(process: subprocess.Popen) -> None:
-    """The orchestrator and its env workers share a session: end them all (workers outlive a crash)."""
-    for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            process.wait(timeout=wait_s)
-        except subprocess.TimeoutExpired:
-            continue
-        time.sleep(0.5)  # workers of the group may still be exiting
-    process.poll()
+def stop_tree(process: subprocess.Popen, record: ProcessRecord) -> None:
+    """The orchestrator and its env workers share a session; workers outlive a crashed orchestrator.
+    Stopped with `air train`'s mechanism: SIGTERM (they remove their containers), then SIGKILL."""
+    stop_processes(live_processes(record), grace=10.0)
+    process.wait()
+    if live_processes(record):
+        save(record)  # still alive: stays recorded for `air clean`
+    else:
+        forget(record)
 
 
 def reap_containers() -> None:
