@@ -1,0 +1,368 @@
+"""The env's core, free of verifiers: everything one rollout does, whichever verifiers front drives it.
+
+Two fronts glue it to a verifiers generation: ``mlgym_env`` (the classic ``vf.MultiTurnEnv`` of
+verifiers 0.1.x, prime-rl c87c19b) and ``v1_front`` (a ``vf.Taskset`` and ``vf.Env`` of verifiers v1,
+today's prime-rl and its env servers). Both call the same four steps:
+
+    start(rollout)    take a warm container, lay out the task's workspace, start the session
+    play(reply)       reply -> one command (actions) -> run it -> on a validate/submit marker, evaluate
+                      the workspace (air.tasks) -> step reward (rewards) -> the observation
+    finish(unplayed)  run a last reply the front never handed over (max turns), evaluate a workspace
+                      changed since its last evaluation
+    close(...)        how it ended, reward and metrics, the trajectory record, the container destroyed
+
+Faults outside the agent's reach (a dead container, a Docker error, anything unexpected) become
+:class:`EnvFault`; each front turns it into its own masked or failed rollout. Agent mistakes (a
+malformed reply, a failing or timed-out command, a broken submission) are observations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from air.env import prompts
+from air.env.actions import format_error_observation, parse_action
+from air.env.rewards import RewardTracker
+from air.env.rollout import Rollout, exit_status_of
+from air.env.settings import MLGymEnvSettings
+from air.env.trajectories import BaselineInfo, TrajectoryRecord, Turn, TurnEvaluation, write_trajectory
+from air.sandbox.config import SandboxConfig
+from air.sandbox.errors import SandboxError, SandboxImageMissing
+from air.sandbox.pool import SandboxPool, cleanup_all, destroy_in_background
+from air.tasks.config import TaskError
+from air.tasks.loader import BUILTIN_TASK_ROOT, Task, list_tasks, load_task, resolve_task_root
+from air.tasks.mlgym_tools import ToolSet, guard_multiline, load_mlgym_tools
+from air.tasks.workspace import Evaluation, TaskWorkspace
+
+log = logging.getLogger(__name__)
+
+# MLGym's marker format: its validate/submit shell functions print these, and so do ours.
+MARKER = re.compile(r"<<(VALIDATION|SUBMISSION)\|\|.*?\|\|\1>>\n?", re.DOTALL)
+LONG_COMMAND = re.compile(r"\b(python[0-9.]*|torchrun|accelerate|deepspeed)\b")
+
+# The built-in tasks' validate and submit: they only print a marker, like MLGym's; the env does the rest.
+BUILTIN_SESSION = """\
+validate() { echo '<<VALIDATION||validate||VALIDATION>>'; }
+submit() { echo '<<SUBMISSION||submit||SUBMISSION>>'; }
+export -f validate submit"""
+
+
+class EnvFault(RuntimeError):
+    """A rollout failed for a reason outside the agent's reach; the front masks or fails that rollout."""
+
+
+@dataclass
+class RolloutLabels:
+    """What the front knows of a rollout that the core does not: written into its trajectory."""
+
+    id: str = field(default_factory=lambda: secrets.token_hex(16))
+    example_id: int | None = None
+    group_id: str | None = None
+    step: int | None = None
+    model: str | None = None
+    policy: str | None = None
+    sampling_args: dict[str, Any] = field(default_factory=dict)
+    system_prompt: str | None = None
+    task_prompt: str | None = None
+
+
+@dataclass(frozen=True)
+class Example:
+    """One prompt of the env's dataset: which task, which copy, the two opening messages."""
+
+    task_name: str
+    task_id: str
+    example: int
+    system_prompt: str
+    task_prompt: str
+
+
+class MLGymCore:
+    """Tasks, tools and containers of one env (one per process: a pool belongs to one event loop)."""
+
+    def __init__(self, settings: MLGymEnvSettings) -> None:
+        self.settings = settings
+        self.task_root = resolve_task_root(settings.task_root)
+        names = settings.task_configs
+        if names is None:
+            if self.task_root != BUILTIN_TASK_ROOT.resolve():
+                raise TaskError(f"task_configs is required with task root {self.task_root}")
+            names = list_tasks(self.task_root)
+        self.tasks: dict[str, Task] = {}
+        for name in names:
+            task = load_task(name, self.task_root)
+            self.tasks[task.name] = task
+        self.tools: ToolSet | None = load_mlgym_tools(self.task_root)
+        self.multiline = self.tools.multiline_commands() if self.tools else {}
+        self._tools_archive = self.tools.install_archive() if self.tools else b""
+        self.sandbox_config = SandboxConfig(
+            image=settings.image or "",
+            network=settings.network,
+            env_gpu=settings.env_gpu,
+            command_timeout_s=settings.command_timeout,
+            cpus=settings.container_cpus,
+            memory=settings.container_memory,
+            run_id=settings.run_id,
+        )
+        self.trajectory_dir: Path | None = settings.trajectory_path() if settings.save_trajectories else None
+        self._pool: SandboxPool | None = None
+        self._pool_loop: asyncio.AbstractEventLoop | None = None
+        self._pool_pid: int | None = None
+
+    # --- prompts (built at load: cheap, no container) -----------------------------------------
+
+    def examples(self) -> list[Example]:
+        s = self.settings
+        system = prompts.system_prompt(
+            tools=self.tools,
+            max_turns=s.max_turns,
+            command_timeout=s.command_timeout,
+            long_command_timeout=s.long_command_timeout,
+            observation_max_chars=s.observation_max_chars,
+        )
+        found = []
+        for task in self.tasks.values():
+            user = prompts.task_prompt(task, listing=prompts.workspace_listing(task))
+            found += [Example(task.name, task.id, n, system, user) for n in range(s.num_examples_per_task)]
+        return found
+
+    def task(self, name: str) -> Task:
+        task = self.tasks.get(name)
+        if task is None:
+            raise EnvFault(f"unknown task {name!r}; this env serves {sorted(self.tasks)}")
+        return task
+
+    # --- containers ---------------------------------------------------------------------------
+
+    def pool(self) -> SandboxPool:
+        """One pool per process and event loop: prime-rl forks env workers; tests run many loops."""
+        loop = asyncio.get_running_loop()
+        if self._pool is None or self._pool_loop is not loop or self._pool_pid != os.getpid():
+            if self._pool is not None and self._pool_pid == os.getpid():
+                self._pool.abandon()  # its loop is gone; a forked child leaves the parent's pool alone
+            self._pool = SandboxPool(self.sandbox_config, size=self.settings.pool_size)
+            self._pool_loop, self._pool_pid = loop, os.getpid()
+        return self._pool
+
+    @property
+    def image_missing(self) -> bool:
+        return self._pool is not None and self._pool.missing_image is not None
+
+    def new_rollout(self, task_name: str) -> Rollout:
+        task = self.task(task_name)
+        tracker = RewardTracker(task.baseline_score, task.higher_is_better, self.settings.reward)
+        return Rollout(task=task, sandbox=None, workspace=None, tracker=tracker)
+
+    async def start(self, rollout: Rollout) -> None:
+        """Give the rollout a fresh container with its task laid out. ``SandboxImageMissing`` escapes on
+        purpose: every rollout would fail the same way, so the run stops at the first one with the fix
+        named. A container taken before a failure goes with :meth:`close`."""
+        task = rollout.task
+        try:
+            rollout.sandbox = await self.pool().acquire()
+            rollout.workspace = TaskWorkspace(task, rollout.sandbox)
+            await rollout.workspace.setup()
+            if self.tools is not None:
+                await rollout.sandbox.put_archive(
+                    "/home/agent", self._tools_archive, owner=self.sandbox_config.user, top=["commands"]
+                )
+                await rollout.sandbox.shell.initialize(self.tools.init_script())
+            else:
+                await rollout.sandbox.shell.initialize(BUILTIN_SESSION)
+        except SandboxImageMissing:
+            raise
+        except (SandboxError, TaskError, OSError) as exc:
+            raise EnvFault(f"setting up task {task.name} failed: {exc}") from exc
+        except Exception as exc:  # nothing may fail the whole group
+            log.exception("unexpected failure setting up a rollout")
+            raise EnvFault(f"setting up task {task.name} failed unexpectedly: {exc!r}") from exc
+
+    # --- turns --------------------------------------------------------------------------------
+
+    async def play(self, rollout: Rollout, text: str, *, after_last_turn: bool = False) -> tuple[str, bool]:
+        """Act on one model reply; returns (observation, whether the rollout ends here)."""
+        try:
+            return await self._play(rollout, text, after_last_turn)
+        except SandboxError as exc:
+            raise EnvFault(str(exc)) from exc
+        except Exception as exc:
+            log.exception("unexpected failure acting on a reply")
+            raise EnvFault(f"env failed unexpectedly: {exc!r}") from exc
+
+    async def _play(self, rollout: Rollout, text: str, after_last_turn: bool) -> tuple[str, bool]:
+        s = self.settings
+        rollout.handled += 1
+        number = rollout.handled
+        parsed = parse_action(text, self.multiline)
+        if parsed.command is None:
+            rollout.format_errors += 1
+            rollout.consecutive_format_errors += 1
+            observation = format_error_observation(parsed.error or "no command found")
+            rollout.turns.append(
+                Turn(index=number, model_text=text, command=None, format_error=parsed.error, output=observation)
+            )
+            limit = s.max_consecutive_format_errors
+            if limit and rollout.consecutive_format_errors >= limit:
+                rollout.exit_status = "format_errors"
+                return observation + f"\n[{limit} malformed replies in a row: the episode ends]", True
+            return observation, False
+
+        rollout.consecutive_format_errors = 0
+        assert rollout.sandbox is not None and rollout.workspace is not None
+        command = guard_multiline(parsed.command, self.multiline) if self.multiline else parsed.command
+        result = await rollout.sandbox.run(command, timeout=self._timeout_for(command, rollout.task))
+        rollout.dirty = True
+        rollout.timeouts += int(result.timed_out)
+        markers = {m.group(1) for m in MARKER.finditer(result.output)}
+        output = MARKER.sub("", result.output)
+        turn = Turn(
+            index=number,
+            model_text=text,
+            command=parsed.command,
+            exit_code=result.exit_code,
+            duration_s=result.duration_s,
+            timed_out=result.timed_out,
+            executed_after_last_turn=after_last_turn,
+        )
+        parts = [prompts.cap_output(output.rstrip("\n"), s.observation_max_chars)] if output.strip() else []
+        submitted = "SUBMISSION" in markers
+        if markers:
+            kind = "submit" if submitted else "validate"
+            evaluation, turn.evaluation, turn.step_reward = await self._evaluate(rollout, kind)
+            rollout.validates += int(kind == "validate")
+            parts.append(prompts.evaluation_text(rollout.task, evaluation, submitted=submitted))
+        parts.append(
+            prompts.footer(number, s.max_turns, result.exit_code, rollout.sandbox.shell.cwd, timed_out=result.timed_out)
+        )
+        turn.output = "\n".join(parts)
+        rollout.turns.append(turn)
+        if submitted:
+            rollout.submitted = True
+            rollout.exit_status = "submitted"
+        return turn.output, submitted
+
+    def _timeout_for(self, command: str, task: Task) -> float:
+        if LONG_COMMAND.search(command):
+            return float(self.settings.long_command_timeout or task.training_timeout)
+        return self.settings.command_timeout
+
+    async def _evaluate(self, rollout: Rollout, kind: str) -> tuple[Evaluation, TurnEvaluation, float]:
+        assert rollout.workspace is not None
+        evaluation = await rollout.workspace.evaluate()
+        suspicious = evaluation.status == "suspicious"
+        step_reward = rollout.tracker.record(evaluation.score if evaluation.ok else None, suspicious=suspicious)
+        rollout.dirty = False
+        record = TurnEvaluation(
+            status=evaluation.status,
+            score=evaluation.score,
+            metrics=evaluation.metrics,
+            error=evaluation.error,
+            duration_s=evaluation.duration_s,
+            kind=kind,
+        )
+        return evaluation, record, step_reward
+
+    # --- end of a rollout ---------------------------------------------------------------------
+
+    async def finish(self, rollout: Rollout, unplayed_reply: str | None = None) -> str | None:
+        """The work left when the model's turns are over: the reply a max-turns stop left unplayed, and
+        an evaluation of a workspace changed since its last one. Returns the last observation, if any."""
+        observation = None
+        try:
+            if unplayed_reply is not None and not rollout.submitted and rollout.exit_status is None:
+                observation, _ = await self._play(rollout, unplayed_reply, True)
+            if not rollout.submitted and (rollout.dirty or rollout.tracker.evaluations == 0):
+                _, rollout.final_evaluation, _ = await self._evaluate(rollout, "final")
+            elif rollout.turns and rollout.turns[-1].evaluation is not None:
+                rollout.final_evaluation = rollout.turns[-1].evaluation
+        except SandboxError as exc:
+            raise EnvFault(f"finishing the rollout failed: {exc}") from exc
+        except Exception as exc:
+            log.exception("unexpected failure finishing a rollout")
+            raise EnvFault(f"finishing the rollout failed unexpectedly: {exc!r}") from exc
+        return observation
+
+    def close(self, rollout: Rollout, *, cancelled: bool, error: object | None, stop: str = "") -> dict[str, float]:
+        """How the rollout ended, its reward and metrics; its container goes (in the background)."""
+        rollout.finished = True
+        rollout.exit_status = exit_status_of(rollout, {"error": error, "stop_condition": stop}, cancelled)
+        if rollout.tracker.suspicious_evaluations and rollout.exit_status != "error":
+            rollout.exit_status = "suspicious_evaluation"  # stands out in the viewer and W&B
+        if rollout.sandbox is not None:
+            destroy_in_background(rollout.sandbox)
+        return self.result(rollout)
+
+    def result(self, rollout: Rollout) -> dict[str, float]:
+        metrics = rollout.tracker.metrics()
+        metrics.update(
+            validates=float(rollout.validates),
+            format_errors=float(rollout.format_errors),
+            timeouts=float(rollout.timeouts),
+            turns=float(rollout.handled),
+            submitted=float(rollout.submitted),
+        )
+        metrics["reward"] = rollout.tracker.rollout_reward(rollout.format_errors)
+        return metrics
+
+    # --- the record ---------------------------------------------------------------------------
+
+    def record(
+        self, rollout: Rollout, result: Mapping[str, float], labels: RolloutLabels, error: object | None
+    ) -> TrajectoryRecord:
+        task = rollout.task
+        finished = datetime.now(UTC)
+        return TrajectoryRecord(
+            id=labels.id,
+            task=task.name,
+            task_id=task.id,
+            example_id=labels.example_id,
+            group_id=labels.group_id,
+            step=labels.step,
+            model=labels.model,
+            policy=labels.policy,
+            sampling_args=labels.sampling_args,
+            image=self.sandbox_config.resolved_image(),
+            task_root=str(self.task_root),
+            env_settings=self.settings.model_dump(mode="json"),
+            system_prompt=labels.system_prompt,
+            task_prompt=labels.task_prompt,
+            started_at=rollout.started_at,
+            finished_at=finished,
+            duration_s=(finished - rollout.started_at).total_seconds(),
+            exit_status=rollout.exit_status or "unknown",
+            error=str(error) if error else None,
+            baseline=BaselineInfo(
+                metric=task.primary_metric,
+                score=task.baseline_score,
+                higher_is_better=task.higher_is_better,
+                metrics=task.baseline,
+            ),
+            final_evaluation=rollout.final_evaluation,
+            reward=None if error else result["reward"],
+            metrics={k: v for k, v in result.items() if k != "reward"},
+            turns=rollout.turns,
+        )
+
+    async def save(self, record: TrajectoryRecord) -> Path | None:
+        """Write the record (when trajectories are on); a full disk must not cost the rollout."""
+        if self.trajectory_dir is None:
+            return None
+        try:
+            return await asyncio.to_thread(write_trajectory, record, self.trajectory_dir)
+        except Exception as exc:
+            log.warning("could not save the trajectory of a %s rollout: %s", record.task, exc)
+            return None
+
+    def shutdown(self) -> None:
+        """Remove every container this process started. Synchronous: it also runs from atexit."""
+        if self._pool is not None:
+            cleanup_all()
