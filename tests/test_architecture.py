@@ -31,7 +31,7 @@ ALLOWED = {
     "cli": {"sandbox", "tasks", "env", "agents", "runs", "training", "rehearsal", "viewer"},
 }
 # The only modules that import verifiers themselves; everything else reaches it through them or not at all.
-VERIFIERS_IMPORTERS = {"air.env.mlgym_env", "air.env.load", "air_mlgym", "simple_env"}
+VERIFIERS_IMPORTERS = {"air.env.mlgym_env", "air.env.v1_front", "air.env.load", "air_mlgym", "simple_env"}
 
 
 def _source_files() -> dict[str, Path]:
@@ -128,12 +128,12 @@ def test_verifiers_is_imported_only_where_the_env_meets_it() -> None:
 
 def test_the_layers_below_the_env_front_load_without_verifiers() -> None:
     """Sandbox, tasks, rewards, trajectories, agents and the viewer's data work without verifiers: imported
-    in a fresh interpreter, none of them pulls it in (a later verifiers front can stand beside the classic one)."""
+    in a fresh interpreter, none of them pulls it in (the core serves both fronts, classic and v1)."""
     free = sorted(
         m
         for m in FILES
         if (_folder(m) in {"sandbox", "tasks", "agents", "viewer"} and ".scripts." not in m)
-        or (_folder(m) == "env" and m not in {"air.env.mlgym_env", "air.env.load"})
+        or (_folder(m) == "env" and m not in {"air.env.mlgym_env", "air.env.v1_front", "air.env.load"})
     )
     code = (
         "import importlib, sys\n"

@@ -106,9 +106,11 @@ class MLGymEnv(vf.MultiTurnEnv):
             if not cancelled and state.get("error") is None and rollout.sandbox is not None:
                 trajectory = state.get("trajectory") or []
                 # max_turns stopped the rollout before env_response saw the last reply: the core plays it.
-                unplayed = content_of_completion(trajectory[-1].get("completion")) if (
-                    rollout.handled < len(trajectory)
-                ) else None
+                unplayed = (
+                    content_of_completion(trajectory[-1].get("completion"))
+                    if (rollout.handled < len(trajectory))
+                    else None
+                )
                 observation = await self.core.finish(rollout, unplayed)
                 if observation is not None:
                     state["final_env_response"] = [{"role": "user", "content": observation}]

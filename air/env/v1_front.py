@@ -1,0 +1,151 @@
+"""The v1 front: MLGym-format tasks as a verifiers v1 taskset and env (today's prime-rl and its env servers).
+
+verifiers v1 splits what the classic ``MultiTurnEnv`` did in one process:
+
+    MLGymTaskset.load()   orchestrator side: one task per (task, example), JSON-only data, no container
+    MLGymV1Env.run()      env-server side, one episode: core.start (a warm container from this process's
+                          pool), then each model turn through core.play until submit, the format-error limit
+                          or max_turns, then core.finish (a last evaluation), the reward and metrics recorded
+                          on the trace, our trajectory written, the container destroyed (core.close)
+
+The taskset config's fields are ``load_environment``'s arguments (``MLGymEnvSettings``), so the TOML keys
+under ``env.taskset`` are the same as the classic ``[[orchestrator.env]] args``. The seat is ``player``, a
+plain chat program (verifiers' ``null`` harness) run as a local subprocess; the env, not the harness,
+runs commands. A fault outside the agent's reach (``EnvFault``) raises ``vf.SandboxError`` inside the
+interaction: a failed trace with its cause, which prime-rl leaves out of training; never a silent zero.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import verifiers.v1 as vf
+from verifiers.v1.harnesses.null import NullHarnessConfig
+
+from air.env.core import EnvFault, MLGymCore, RolloutLabels
+from air.env.metrics import metric_names
+from air.env.rollout import Rollout
+from air.env.settings import MLGymEnvSettings, parse_env_settings
+from air.sandbox.errors import SandboxImageMissing
+
+log = logging.getLogger(__name__)
+
+REWARD_NAME = "mlgym_reward"
+
+
+class MLGymTasksetConfig(vf.TasksetConfig, MLGymEnvSettings):
+    """``env.taskset`` of a v1 config: ``id = "air_mlgym"`` plus ``load_environment``'s arguments."""
+
+    def env_settings(self) -> MLGymEnvSettings:
+        fields = set(MLGymEnvSettings.model_fields)
+        return parse_env_settings(self.model_dump(include=fields, exclude_unset=True))
+
+
+class MLGymTaskData(vf.TaskData):
+    """What travels from the orchestrator to an env server: names and prompts, JSON only."""
+
+    task_name: str
+    task_id: str
+    example: int = 0
+
+
+class MLGymTask(vf.Task[MLGymTaskData, vf.State, vf.TaskConfig]):
+    """Scored by the env (``MLGymV1Env.run`` records the reward), not by task hooks."""
+
+
+class MLGymTaskset(vf.Taskset[MLGymTask, MLGymTasksetConfig]):
+    def __init__(self, config: MLGymTasksetConfig) -> None:
+        super().__init__(config)
+        self.core = MLGymCore(config.env_settings())  # reads task configs only: no container
+
+    def load(self):
+        for idx, example in enumerate(self.core.examples()):
+            data = MLGymTaskData(
+                idx=idx,
+                name=f"{example.task_name}-{example.example}",
+                prompt=example.task_prompt,
+                system_prompt=example.system_prompt,
+                task_name=example.task_name,
+                task_id=example.task_id,
+                example=example.example,
+            )
+            yield MLGymTask(data, self.config.task)
+
+
+class MLGymV1EnvConfig(vf.EnvConfig):
+    # A plain chat program per turn, on this host: the commands run in our containers, not in the harness.
+    player: vf.AgentConfig = vf.AgentConfig(harness=NullHarnessConfig(), runtime=vf.SubprocessConfig())
+
+
+class MLGymV1Env(vf.Env[MLGymV1EnvConfig]):
+    """One per env-server process: its core keeps the process's container pool."""
+
+    def __init__(self, config: MLGymV1EnvConfig) -> None:
+        super().__init__(config)
+        self.core: MLGymCore = self.taskset.core
+
+    async def stop(self) -> None:
+        # Runs once per server process, also after a failed start: remove what this process started.
+        await asyncio.to_thread(self.core.shutdown)
+
+    async def run(self, task: MLGymTask, agents: Any) -> None:
+        try:
+            rollout = self.core.new_rollout(task.data.task_name)
+        except EnvFault as exc:
+            raise vf.SandboxError(str(exc)) from exc
+        error: BaseException | None = None
+        cancelled, trace = False, None
+        try:
+            async with agents.player.interaction(task) as interaction:
+                trace = interaction.trace
+                try:
+                    await self._episode(rollout, interaction)
+                except (EnvFault, SandboxImageMissing) as exc:  # the missing image's message names the fix
+                    raise vf.SandboxError(str(exc)) from exc
+        except asyncio.CancelledError:
+            cancelled = True
+            raise
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            result = self.core.close(rollout, cancelled=cancelled, error=error, stop="")
+            if trace is not None and error is None and not cancelled:
+                trace.record_reward(REWARD_NAME, result["reward"], 1.0)
+                for name in metric_names(list(self.core.tasks)):
+                    trace.record_metric(name, float(result.get(name.rpartition("/")[2], 0.0)))
+                trace.info["exit_status"] = rollout.exit_status
+            labels = RolloutLabels(
+                example_id=task.data.idx,
+                system_prompt=task.data.system_prompt,
+                task_prompt=task.data.prompt if isinstance(task.data.prompt, str) else None,
+            )
+            path = await self.core.save(self.core.record(rollout, result, labels, _describe(error)))
+            if trace is not None and path is not None and not cancelled:
+                trace.info["trajectory_path"] = str(path)
+
+    async def _episode(self, rollout: Rollout, interaction: Any) -> None:
+        """Turns until submit, the format-error limit or max_turns; the reply of the last turn is played
+        too (the classic front's max_turns behaviour), then a last evaluation if the workspace changed."""
+        await self.core.start(rollout)
+        segment = await interaction.turn()
+        while not segment.terminated:
+            observation, final = await self.core.play(rollout, segment.last_reply or "")
+            if final or rollout.handled >= self.core.settings.max_turns:
+                if not final:
+                    rollout.exit_status = "max_turns"
+                break
+            segment = await interaction.turn(observation)
+        else:
+            # The harness ended the rollout (a token limit, a failed model call): verifiers records why.
+            rollout.exit_status = rollout.exit_status or "harness_stopped"
+        await self.core.finish(rollout)
+
+
+def _describe(error: BaseException | None) -> str | None:
+    return None if error is None else f"{type(error).__name__}: {error}"
+
+
+__all__ = ["MLGymTaskset", "MLGymV1Env"]
