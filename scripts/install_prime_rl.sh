@@ -4,31 +4,42 @@
 # `air_mlgym` must be importable there). Prints the commands to run next. Idempotent: run again, it
 # only checks.
 #
-#   bash scripts/install_prime_rl.sh [DIR]      DIR: where prime-rl goes (default $PRIME_RL_DIR, else ~/prime-rl)
-#   bash scripts/install_prime_rl.sh --orchestrator-only [DIR]
+#   bash scripts/install_prime_rl.sh [--orchestrator-only] [--commit REF] [DIR]
+#       DIR: where prime-rl goes (default $PRIME_RL_DIR, else ~/prime-rl)
+#   --commit REF
+#       The prime-rl commit (or branch, tag) to install. Default: the pin our classic configs are written for
+#       (c87c19b, configs/mlgym/). Today's prime-rl (e.g. --commit 559b447 or main) takes configs/mlgym-v1/,
+#       the v1 front of air_mlgym and env servers; `air check` tells which generation it finds.
+#   --orchestrator-only
 #       Only what prime-rl's orchestrator needs, for `air rehearse` on a machine without CUDA: a venv in
 #       DIR/.venv-orchestrator with CPU torch (no vLLM, no flash-attn, no CUDA torch where the CPU index is
 #       reachable), prime-rl's source on its path, its pinned verifiers build, and air-agent[tiny].
-#       Versions come from prime-rl's own uv.lock (as constraints). Leaves DIR/.venv alone.
+#       Versions come from prime-rl's own uv.lock (as constraints). Leaves DIR/.venv alone. Python 3.12 where
+#       uv finds one (prime-rl's), else this machine's 3.11 (both run the orchestrator; the script says which).
 #
 # Environment: PRIME_RL_REPO  clone source (default GitHub; a mirror or a local clone works too)
-#              PRIME_RL_COMMIT  the commit to check out (default: the pinned one; override only for mirrors
-#                               whose history was rewritten, never to run another prime-rl version)
+#              PRIME_RL_COMMIT  the same as --commit (the option wins)
 #              --orchestrator-only only:
-#              VERIFIERS_REPO  where prime-rl's pinned verifiers commit is cloned from (default GitHub)
-#              PRIME_RL_PYTHON  the venv's Python (default 3.12, prime-rl's; 3.11 works for the orchestrator)
+#              VERIFIERS_REPO  where prime-rl's pinned verifiers commit is cloned from (default GitHub; a mirror
+#                              works), unless the checkout's deps/verifiers submodule is already there
+#              PRIME_RL_PYTHON  the venv's Python (default: 3.12 where uv finds it, else 3.11)
 #              PRIME_RL_TORCH  a torch requirement or wheel file to install instead of the CPU index's build
 set -euo pipefail
 
 ORCHESTRATOR_ONLY=0
+COMMIT_OPTION=""
 POSITIONAL=()
-for arg in "$@"; do
-    case "$arg" in
+while [[ $# -gt 0 ]]; do
+    case "$1" in
         --orchestrator-only) ORCHESTRATOR_ONLY=1 ;;
+        --commit) [[ $# -ge 2 && -n "$2" ]] || { printf 'error: --commit needs a REF\n' >&2; exit 2; }
+            COMMIT_OPTION=$2; shift ;;
+        --commit=*) COMMIT_OPTION=${1#--commit=} ;;
         -h|--help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-        -*) printf 'error: unknown option %s (see --help)\n' "$arg" >&2; exit 2 ;;
-        *) POSITIONAL+=("$arg") ;;
+        -*) printf 'error: unknown option %s (see --help)\n' "$1" >&2; exit 2 ;;
+        *) POSITIONAL+=("$1") ;;
     esac
+    shift
 done
 [[ ${#POSITIONAL[@]} -le 1 ]] || { printf 'error: one DIR at most, got: %s\n' "${POSITIONAL[*]}" >&2; exit 2; }
 set -- "${POSITIONAL[@]}"
@@ -37,7 +48,7 @@ AIR_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export PATH="$PATH:$HOME/.local/bin"
 # One source of truth for the pin: air/training/config_files.py.
 PINNED=$(sed -n 's/^PRIME_RL_COMMIT = "\([0-9a-f]*\)"$/\1/p' "$AIR_DIR/air/training/config_files.py")
-COMMIT=${PRIME_RL_COMMIT:-$PINNED}
+COMMIT=${COMMIT_OPTION:-${PRIME_RL_COMMIT:-$PINNED}}
 REPO=${PRIME_RL_REPO:-https://github.com/PrimeIntellect-ai/prime-rl.git}
 DIR=${1:-${PRIME_RL_DIR:-$HOME/prime-rl}}
 DIR=$(mkdir -p "$(dirname "$DIR")" && cd "$(dirname "$DIR")" && pwd)/$(basename "$DIR")
@@ -54,25 +65,35 @@ if ! command -v uv >/dev/null; then
 fi
 
 say "prime-rl at $COMMIT in $DIR"
+# REF -> a commit: a hash (short or full), a tag, or a branch (the remote's, so `main` is today's main).
+resolve() {
+    git -C "$DIR" rev-parse --verify --quiet "origin/$COMMIT^{commit}" 2>/dev/null ||
+        git -C "$DIR" rev-parse --verify --quiet "$COMMIT^{commit}" 2>/dev/null
+}
 if [[ -d "$DIR/.git" ]]; then
-    head=$(git -C "$DIR" rev-parse HEAD)
-    if [[ "$head" != "$COMMIT"* ]]; then
-        [[ -z "$(git -C "$DIR" status --porcelain --untracked-files=no)" ]] ||
-            die "$DIR has local changes and is at ${head:0:12}, not $COMMIT; commit or stash them, then run again"
-        git -C "$DIR" cat-file -e "$COMMIT^{commit}" 2>/dev/null || git -C "$DIR" fetch --quiet origin ||
-            die "cannot fetch $COMMIT into $DIR"
-        git -C "$DIR" -c advice.detachedHead=false checkout --quiet "$COMMIT"
-    fi
+    target=$(resolve) || { git -C "$DIR" fetch --quiet origin && target=$(resolve); } ||
+        die "cannot find $COMMIT in $DIR or its origin"
 elif [[ -e "$DIR" ]]; then
     die "$DIR exists and is not a git checkout; remove it or pass another DIR"
 else
     git clone --quiet "$REPO" "$DIR" || die "cannot clone $REPO (no network? set PRIME_RL_REPO to a mirror)"
-    git -C "$DIR" -c advice.detachedHead=false checkout --quiet "$COMMIT" ||
-        die "$REPO has no commit $COMMIT"
+    target=$(resolve) || die "$REPO has no commit $COMMIT"
 fi
 head=$(git -C "$DIR" rev-parse HEAD)
-[[ "$head" == "$COMMIT"* ]] || die "$DIR is at ${head:0:12}, expected $COMMIT"
-echo "    at ${head:0:12}"
+if [[ "$head" != "$target" ]]; then
+    [[ -z "$(git -C "$DIR" status --porcelain --untracked-files=no)" ]] ||
+        die "$DIR has local changes and is at ${head:0:12}, not $COMMIT; commit or stash them, then run again"
+    git -C "$DIR" -c advice.detachedHead=false checkout --quiet "$target" || die "cannot check out $COMMIT in $DIR"
+fi
+head=$(git -C "$DIR" rev-parse HEAD)
+[[ "$head" == "$target" ]] || die "$DIR is at ${head:0:12}, expected $COMMIT"
+# Which generation: today's prime-rl serves envs from env servers (verifiers v1); the pin loads them in workers.
+if [[ -f "$DIR/src/prime_rl/entrypoints/env_server.py" ]]; then
+    GENERATION=v1 CONFIGS=configs/mlgym-v1
+else
+    GENERATION=classic CONFIGS=configs/mlgym
+fi
+echo "    at ${head:0:12} ($GENERATION: air_mlgym's $GENERATION front, configs in $CONFIGS/)"
 
 if [[ $ORCHESTRATOR_ONLY == 1 ]]; then
     # shellcheck source=scripts/install_orchestrator_only.sh
@@ -81,21 +102,29 @@ if [[ $ORCHESTRATOR_ONLY == 1 ]]; then
 fi
 
 say "syncing prime-rl's venv (uv sync; the first time downloads CUDA torch and vLLM: several GB)"
+if [[ -f "$DIR/.gitmodules" ]]; then  # today's prime-rl takes verifiers, renderers, ... from submodules
+    git -C "$DIR" submodule update --quiet --init --recursive || die "cannot fetch the submodules of $DIR"
+fi
 (cd "$DIR" && uv sync) || die "uv sync failed in $DIR (prime-rl needs Python 3.12 and Linux x86_64 with CUDA 12.8 wheels)"
 PY="$DIR/.venv/bin/python"
 [[ -x "$PY" ]] || die "uv sync made no venv at $DIR/.venv"
 
 say "installing air-agent (editable) into prime-rl's venv"
 verifiers_before=$("$PY" -c 'import importlib.metadata as m; print(m.version("verifiers"))' 2>/dev/null || echo none)
-# Editable, so configs/ and code changes in $AIR_DIR apply without reinstalling. Our verifiers range
-# admits prime-rl's pinned build, so uv keeps it.
+# Editable, so configs/ and code changes in $AIR_DIR apply without reinstalling. No extra: air-agent's base
+# dependencies leave verifiers to prime-rl, whose pinned build serves the front of its generation.
 uv pip install --quiet --python "$PY" -e "$AIR_DIR" || die "uv pip install -e $AIR_DIR failed"
-verifiers_after=$("$PY" -c 'import importlib.metadata as m; print(m.version("verifiers"))')
+verifiers_after=$("$PY" -c 'import importlib.metadata as m; print(m.version("verifiers"))' 2>/dev/null || echo none)
 if [[ "$verifiers_before" != none && "$verifiers_before" != "$verifiers_after" ]]; then
     die "installing air-agent changed prime-rl's verifiers ($verifiers_before -> $verifiers_after); please report this"
 fi
-"$PY" -c 'import air_mlgym, verifiers' || die "air_mlgym does not import in $PY"
-echo "    air_mlgym imports; verifiers $verifiers_after"
+[[ "$verifiers_after" != none ]] || die "prime-rl's venv $PY has no verifiers; is $DIR a prime-rl checkout?"
+if [[ $GENERATION == v1 ]]; then
+    "$PY" -c 'import air_mlgym; air_mlgym.MLGymTaskset' || die "air_mlgym's v1 taskset does not import in $PY"
+else
+    "$PY" -c 'import air_mlgym, air.env.mlgym_env' || die "air_mlgym's classic env does not import in $PY"
+fi
+echo "    air_mlgym imports ($GENERATION front); verifiers $verifiers_after"
 
 cat <<EOF
 
@@ -106,11 +135,11 @@ Next (the sandbox image and Docker come from: bash $AIR_DIR/scripts/setup.sh):
   export MLGYM_ROOT=/path/to/MLGym        # a checkout of facebookresearch/MLGym, for the MLGym tasks
 
   # preflight: config, Docker, image, tasks, GPUs, prime-rl, env loading (touches no GPU)
-  $DIR/.venv/bin/air check --config $AIR_DIR/configs/mlgym/rl_debug.toml
+  $DIR/.venv/bin/air check --config $AIR_DIR/$CONFIGS/rl_debug.toml
 
   # train, from any directory; records the process tree so \`air clean\` can stop leftovers
-  $DIR/.venv/bin/air train --config $AIR_DIR/configs/mlgym/rl_debug.toml
+  $DIR/.venv/bin/air train --config $AIR_DIR/$CONFIGS/rl_debug.toml
 
   # or plain prime-rl
-  cd $DIR && uv run rl @ $AIR_DIR/configs/mlgym/rl_debug.toml
+  cd $DIR && uv run rl @ $AIR_DIR/$CONFIGS/rl_debug.toml
 EOF

@@ -25,7 +25,7 @@ def fake_prime_rl(tmp_path_factory) -> tuple[Path, str, str]:
     repo = tmp_path_factory.mktemp("upstream") / "prime-rl"
     (repo / "src" / "prime_rl").mkdir(parents=True)
     (repo / "pyproject.toml").write_text(
-        '[project]\nname = "prime-rl"\nversion = "0.0.0"\nrequires-python = ">=3.11"\ndependencies = []\n'
+        '[project]\nname = "prime-rl"\nversion = "0.0.0"\nrequires-python = ">=3.11"\ndependencies = ["verifiers==0.1.10"]\n'
         '[project.scripts]\nrl = "prime_rl.rl:main"\n'
         '[build-system]\nrequires = ["hatchling"]\nbuild-backend = "hatchling.build"\n'
         '[tool.hatch.build.targets.wheel]\npackages = ["src/prime_rl"]\n'
@@ -135,11 +135,33 @@ def test_orchestrator_only_options_and_a_checkout_without_a_lock_file(fake_prime
 
     assert "unknown option --orchestrator" in run("--orchestrator").stderr
     assert "one DIR at most" in run("a", "b").stderr
-    assert "--orchestrator-only [DIR]" in run("--help").stdout
+    assert "[--orchestrator-only] [--commit REF] [DIR]" in run("--help").stdout
+    assert "--commit needs a REF" in run("--commit").stderr
     target = tmp_path / "cpu"
     done = run("--orchestrator-only", str(target))
     assert done.returncode != 0 and f"cannot read {target}/uv.lock" in done.stderr
     assert git(target, "rev-parse", "HEAD") == first and not (target / ".venv-orchestrator").exists()
+
+
+def test_install_takes_the_commit_from_the_command_line(fake_prime_rl, tmp_path):
+    """--commit REF wins over PRIME_RL_COMMIT; a branch name means the remote's branch; an unknown REF is named."""
+    repo, first, second = fake_prime_rl
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PRIME_RL_DIR")}
+    env.update(PRIME_RL_REPO=str(repo), PRIME_RL_COMMIT=first)
+    target = tmp_path / "prime-rl"
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=300)
+
+    branch = git(repo, "rev-parse", "--abbrev-ref", "HEAD")
+    done = run("--orchestrator-only", "--commit", branch, str(target))  # stops at the missing uv.lock, after checkout
+    assert git(target, "rev-parse", "HEAD") == second, done.stdout + done.stderr
+    assert "(classic: air_mlgym's classic front, configs in configs/mlgym/)" in done.stdout
+    run("--orchestrator-only", f"--commit={first[:10]}", str(target))
+    assert git(target, "rev-parse", "HEAD") == first
+    done = run("--orchestrator-only", "--commit", "no-such-ref", str(target))
+    assert done.returncode != 0 and "cannot find no-such-ref" in done.stderr
+    assert git(target, "rev-parse", "HEAD") == first
 
 
 def run_air(target: Path, argv: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
