@@ -4,7 +4,18 @@
 # Idempotent: a venv that already imports everything is only checked.
 
 VENV="$DIR/.venv-orchestrator"
-PY_WANTED=${PRIME_RL_PYTHON:-3.12}
+# prime-rl declares Python 3.12; its orchestrator also runs on 3.11, the only one some machines have (and uv
+# may not be able to download another): take 3.12 where uv finds one on this machine, else 3.11.
+if [[ -n "${PRIME_RL_PYTHON:-}" ]]; then
+    PY_WANTED=$PRIME_RL_PYTHON
+elif UV_PYTHON_DOWNLOADS=never uv python find 3.12 >/dev/null 2>&1; then
+    PY_WANTED=3.12
+elif UV_PYTHON_DOWNLOADS=never uv python find 3.11 >/dev/null 2>&1; then
+    PY_WANTED=3.11
+    echo "    no Python 3.12 on this machine: using 3.11 (set PRIME_RL_PYTHON to choose another)"
+else
+    die "neither Python 3.12 nor 3.11 found (install one, or set PRIME_RL_PYTHON to an interpreter path)"
+fi
 CPU_INDEX=https://download.pytorch.org/whl/cpu
 # Imported by prime_rl.orchestrator.orchestrator and what it pulls in (torch is installed on its own).
 ORCHESTRATOR_PACKAGES=(
@@ -55,7 +66,7 @@ PY
     echo "    $(wc -l <"$work/constraints.txt") pinned packages; verifiers at ${VERIFIERS_COMMIT:0:12} from $VERIFIERS_REPO"
 
     say "creating $VENV (Python $PY_WANTED)"
-    uv venv --quiet --allow-existing --python "$PY_WANTED" "$VENV" ||
+    UV_PYTHON_DOWNLOADS=${UV_PYTHON_DOWNLOADS:-never} uv venv --quiet --allow-existing --python "$PY_WANTED" "$VENV" ||
         die "no Python $PY_WANTED for uv (set PRIME_RL_PYTHON to an interpreter path or version; 3.11 and 3.12 work)"
     PY="$VENV/bin/python"
     version=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
