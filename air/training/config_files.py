@@ -22,6 +22,7 @@ import jsonschema
 import jsonschema.exceptions
 
 from air.training.config_schema import resolve_refs, schema_default, schema_for, schema_keys
+from air.training.config_v1 import Generation, detect_generation, schema_view
 
 PRIME_RL_COMMIT = "c87c19ba8672"
 PRIME_RL_REPO = "https://github.com/PrimeIntellect-ai/prime-rl"
@@ -50,16 +51,22 @@ class ConfigProblem:
 
 @dataclass(frozen=True)
 class EnvEntry:
-    """One ``[[orchestrator.env]]`` table."""
+    """One env of a config: an ``[[orchestrator.env]]`` table (classic), or a source's taskset (v1)."""
 
     index: int
     id: str
     name: str  # what prime-rl calls it: `name`, else `id`
     args: dict[str, Any]
+    table: str = "orchestrator.env"  # v1: orchestrator.train.source or orchestrator.eval.source
 
     @property
     def key(self) -> str:
-        return f"orchestrator.env[{self.index}]"
+        return f"{self.table}[{self.index}]"
+
+    @property
+    def args_key(self) -> str:
+        """Where the env's arguments are: ``args`` of the classic table, the taskset of a v1 source."""
+        return f"{self.key}.args" if self.table == "orchestrator.env" else f"{self.key}.env.taskset"
 
 
 @dataclass
@@ -68,6 +75,7 @@ class LoadedConfig:
     kind: ConfigKind
     data: dict[str, Any]
     included: list[Path] = field(default_factory=list)  # files read through `toml_files`
+    generation: Generation = "classic"  # which prime-rl it is written for (config_v1)
 
     @property
     def label(self) -> str:
@@ -89,7 +97,9 @@ def load_config(path: str | Path, kind: ConfigKind | None = None) -> LoadedConfi
     """Read a TOML (following ``toml_files`` as prime-rl does) and tell which config it is."""
     path = Path(path).expanduser()
     data, included = _read_with_includes(path, seen=[])
-    return LoadedConfig(path=path, kind=kind or detect_kind(path, data), data=data, included=included)
+    generation = detect_generation(data)
+    kind = kind or ("rl" if generation == "v1" else detect_kind(path, data))  # v1: combined configs only
+    return LoadedConfig(path=path, kind=kind, data=data, included=included, generation=generation)
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -149,9 +159,10 @@ def detect_kind(path: Path, data: dict[str, Any]) -> ConfigKind:
 
 def schema_problems(config: LoadedConfig) -> list[ConfigProblem]:
     """Every place the file breaks prime-rl's schema, unknown keys first, with close matches named."""
-    validator = jsonschema.Draft202012Validator(schema_for(config.kind))
+    validator = jsonschema.Draft202012Validator(schema_for(config.kind, config.generation))
+    data = schema_view(config.data) if config.generation == "v1" else config.data
     problems = []
-    for error in validator.iter_errors(config.data):
+    for error in validator.iter_errors(data):
         for leaf in _leaf_errors(error):
             problems.extend(_describe(config, leaf))
     unique = {(p.key, p.message): p for p in problems}
@@ -177,7 +188,7 @@ def _leaf_errors(error: jsonschema.exceptions.ValidationError) -> Iterator[jsons
 def _describe(config: LoadedConfig, error: jsonschema.exceptions.ValidationError) -> list[ConfigProblem]:
     path = _dotted(error.absolute_path)
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
-        allowed = sorted(resolve_refs(error.schema).get("properties", {}))
+        allowed = sorted(resolve_refs(error.schema, config.generation).get("properties", {}))
         out = []
         for key in sorted(set(error.instance) - set(allowed)):
             close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
@@ -227,7 +238,7 @@ def effective(config: LoadedConfig, key: str) -> Any:
     if not key.startswith(prefix):
         return None
     value = _get(config.data, key[len(prefix) :])
-    return value if value is not None else schema_default(key)
+    return value if value is not None else schema_default(key, config.generation)
 
 
 def _default_note(config: LoadedConfig, key: str) -> str:

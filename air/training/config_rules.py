@@ -20,11 +20,18 @@ from air.training.config_files import (
     schema_problems,
 )
 from air.training.config_schema import schema_default
+from air.training.config_v1 import deployment_gpus, plugin_args, sources, taskset_of
 
 OUR_ENV_IDS = ("air_mlgym", "simple_env")
 
 
 def env_entries(config: LoadedConfig) -> list[EnvEntry]:
+    if config.generation == "v1":
+        return [
+            EnvEntry(i, str(taskset_of(src).get("id", "")), str(src.get("name") or taskset_of(src).get("id", "")),
+                     plugin_args(taskset_of(src)), table=table)
+            for table, i, src in sources(config.data)
+        ]  # fmt: skip
     key = "orchestrator.env" if config.kind == "rl" else "env"
     if config.kind not in ("rl", "orchestrator"):
         return []
@@ -59,7 +66,9 @@ def gpu_sets(config: LoadedConfig) -> dict[str, tuple[int, ...]]:
     from air.sandbox.config import parse_env_gpu
 
     sets: dict[str, tuple[int, ...]] = {}
-    if config.kind == "rl":
+    if config.generation == "v1":
+        sets.update(deployment_gpus(config.data))
+    elif config.kind == "rl":
         if config.data.get("inference") is not None:  # prime-rl starts vLLM only with an [inference] table
             sets["inference"] = tuple(effective(config, "inference_gpu_ids"))
         sets["trainer"] = tuple(effective(config, "trainer_gpu_ids"))
@@ -78,22 +87,25 @@ def cross_field_problems(config: LoadedConfig) -> list[ConfigProblem]:
     """What prime-rl's schema cannot say, and what prime-rl only finds after start-up (or never)."""
     f = config.label
     problems: list[ConfigProblem] = []
+    group_key = "orchestrator.group_size" if config.generation == "v1" else "orchestrator.rollouts_per_example"
     if config.kind in ("rl", "orchestrator"):
         o = "orchestrator." if config.kind == "rl" else ""
         batch = effective(config, "orchestrator.batch_size")
-        group = effective(config, "orchestrator.rollouts_per_example")
+        group = effective(config, group_key)
         if isinstance(batch, int) and isinstance(group, int) and group > 0 and batch % group:
             problems.append(
                 ConfigProblem(
                     f,
                     f"{o}batch_size",
                     f"{batch}{_default_note(config, 'orchestrator.batch_size')} is not divisible by "
-                    f"{o}rollouts_per_example = {group}{_default_note(config, 'orchestrator.rollouts_per_example')}",
+                    f"{group_key.removeprefix('orchestrator.') if not o else group_key} = {group}"
+                    f"{_default_note(config, group_key)}",
                     f"use a multiple of {group}, e.g. {max(group, batch - batch % group)}",
                 )
             )
-        workers = effective(config, "orchestrator.workers_per_env")
-        concurrent = effective(config, "orchestrator.max_concurrent")
+        v1 = config.generation == "v1"  # env servers scale themselves: no workers_per_env, max_concurrent
+        workers = None if v1 else effective(config, "orchestrator.workers_per_env")
+        concurrent = None if v1 else effective(config, "orchestrator.max_concurrent")
         if isinstance(concurrent, int) and isinstance(group, int) and isinstance(workers, int):
             if concurrent < group * workers:
                 problems.append(
@@ -135,7 +147,7 @@ def _gpu_overlap_problems(config: LoadedConfig) -> list[ConfigProblem]:
                         config.label,
                         gpu_key(config, a),
                         f"GPU {_ids(shared)} assigned to both {a} ({_ids(sets[a])}) and {b} ({_ids(sets[b])})",
-                        "give each role its own GPUs: inference_gpu_ids, trainer_gpu_ids and env_gpu must not overlap",
+                        "give each role its own GPUs: inference, trainer and env_gpu must not overlap",
                     )
                 )
         if len(set(sets[a])) != len(sets[a]):
@@ -147,7 +159,9 @@ def gpu_key(config: LoadedConfig, role: str) -> str:
     """The key that assigns a role of ``gpu_sets`` its GPUs (what a user edits to move it)."""
     if role.startswith("env "):
         entry = next(e for e in env_entries(config) if f"env {e.name}" == role)
-        return f"{_env_key(config, entry)}.args.env_gpu"
+        return f"{_env_key(config, entry)}.env_gpu"
+    if config.generation == "v1":
+        return f"deployment.num_{'infer' if role == 'inference' else 'train'}_gpus"
     return f"{role}_gpu_ids"
 
 
@@ -164,21 +178,26 @@ def _env_problems(config: LoadedConfig) -> list[ConfigProblem]:
             problems.append(
                 ConfigProblem(
                     config.label,
-                    f"{_env_key(config, entry)}.name",
-                    f"env name {entry.name!r} is used twice (also {_env_key(config, seen[entry.name])})",
-                    "give every [[orchestrator.env]] a unique name",
+                    f"{_table_key(config, entry)}.name",
+                    f"env name {entry.name!r} is used twice (also {_table_key(config, seen[entry.name])})",
+                    "give every env a unique name",
                 )
             )
         seen.setdefault(entry.name, entry)
         problems += [
-            ConfigProblem(config.label, f"{_env_key(config, entry)}.args.{key}", message, fix)
+            ConfigProblem(config.label, f"{_env_key(config, entry)}.{key}", message, fix)
             for key, message, fix in env_args_problems(entry.id, entry.args)
         ]
     return problems
 
 
-def _env_key(config: LoadedConfig, entry: EnvEntry) -> str:
+def _table_key(config: LoadedConfig, entry: EnvEntry) -> str:
     return entry.key if config.kind == "rl" else f"env[{entry.index}]"
+
+
+def _env_key(config: LoadedConfig, entry: EnvEntry) -> str:
+    """Where an env's arguments are, as the file writes it."""
+    return entry.args_key if config.kind == "rl" else f"env[{entry.index}].args"
 
 
 def env_args_problems(env_id: str, args: dict[str, Any]) -> list[tuple[str, str, str]]:

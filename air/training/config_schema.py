@@ -1,5 +1,5 @@
-"""prime-rl's JSON schema at the pinned commit (shipped, Apache-2.0): load it, resolve a config kind's part
-of it, and find a key's default."""
+"""prime-rl's JSON schemas (shipped, Apache-2.0), one per generation: the classic pin c87c19b and today's
+prime-rl (559b447, verifiers v1). Load one, resolve a config kind's part of it, and find a key's default."""
 
 from __future__ import annotations
 
@@ -8,7 +8,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-SCHEMA_PATH = Path(__file__).parent / "schemas" / "prime_rl_rl_c87c19b.schema.json"
+SCHEMAS = {
+    "classic": Path(__file__).parent / "schemas" / "prime_rl_rl_c87c19b.schema.json",
+    "v1": Path(__file__).parent / "schemas" / "prime_rl_rl_559b447.schema.json",
+}
+SCHEMA_PATH = SCHEMAS["classic"]
 
 
 # Which part of the combined schema each kind of file is checked against (None: the whole `rl` config).
@@ -21,21 +25,21 @@ _KIND_DEFS: dict[str, str | None] = {
 
 
 @cache
-def load_schema() -> dict[str, Any]:
-    return json.loads(SCHEMA_PATH.read_text())
+def load_schema(generation: str = "classic") -> dict[str, Any]:
+    return json.loads(SCHEMAS[generation].read_text())
 
 
-def schema_for(kind: str) -> dict[str, Any]:
-    schema = load_schema()
+def schema_for(kind: str, generation: str = "classic") -> dict[str, Any]:
+    schema = load_schema(generation)
     name = _KIND_DEFS[kind]
     if name is None:
         return schema
     return {"$defs": schema["$defs"], "$ref": f"#/$defs/{name}"}
 
 
-def resolve_refs(node: dict[str, Any]) -> dict[str, Any]:
+def resolve_refs(node: dict[str, Any], generation: str = "classic") -> dict[str, Any]:
     """Follow $ref and pick the object branch of `X | None` unions."""
-    defs = load_schema()["$defs"]
+    defs = load_schema(generation)["$defs"]
     for _ in range(10):
         if "$ref" in node:
             node = defs[node["$ref"].rsplit("/", 1)[1]]
@@ -49,19 +53,19 @@ def resolve_refs(node: dict[str, Any]) -> dict[str, Any]:
     return node
 
 
-def schema_keys(kind: str) -> set[str]:
-    return set(resolve_refs(schema_for(kind)).get("properties", {}))
+def schema_keys(kind: str, generation: str = "classic") -> set[str]:
+    return set(resolve_refs(schema_for(kind, generation), generation).get("properties", {}))
 
 
-def schema_default(dotted: str) -> Any:
+def schema_default(dotted: str, generation: str = "classic") -> Any:
     """prime-rl's default for a key of the combined config, e.g. ``orchestrator.batch_size``."""
-    node = resolve_refs(load_schema())
+    node = resolve_refs(load_schema(generation), generation)
     default: Any = None
     for part in dotted.split("."):
-        branches = [resolve_refs(b) for b in node["anyOf"]] if "anyOf" in node else [node]  # e.g. optim: adamw | sgd
+        branches = [resolve_refs(b, generation) for b in node["anyOf"]] if "anyOf" in node else [node]  # adamw | sgd
         prop = next((b["properties"][part] for b in branches if part in b.get("properties", {})), None)
         if prop is None:
             raise KeyError(dotted)
         default = prop.get("default", default.get(part) if isinstance(default, dict) else None)
-        node = resolve_refs(prop)
+        node = resolve_refs(prop, generation)
     return default

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from air.training.config_files import PRIME_RL_COMMIT, EnvEntry
 from air.training.config_rules import check_config_files
+from air.training.config_v1 import V1_COMMIT
 from air.training.preflight_rows import NET_TIMEOUT_S, CheckRow, PreflightContext
 
 
@@ -27,7 +28,8 @@ def check_config(ctx: PreflightContext) -> Iterator[CheckRow]:
             yield CheckRow(
                 "config",
                 "pass",
-                f"{config.path.name} ({config.kind}): prime-rl {PRIME_RL_COMMIT} schema and cross-field rules",
+                f"{config.path.name} ({config.kind}, {config.generation}): prime-rl "
+                f"{V1_COMMIT if config.generation == 'v1' else PRIME_RL_COMMIT} schema and cross-field rules",
             )
 
 
@@ -166,7 +168,7 @@ def _remote_dataset_rows(task: str, ids: list[str], network: bool) -> Iterator[C
 def check_env_loads(ctx: PreflightContext) -> Iterator[CheckRow]:
     import datasets
 
-    from air.env.load import load_env
+    from air.env.load import count_env_rows
     from air.env.settings import env_settings_problems
 
     datasets.disable_progress_bars()  # one table, no bars between its rows
@@ -180,14 +182,13 @@ def check_env_loads(ctx: PreflightContext) -> Iterator[CheckRow]:
             continue
         started = time.perf_counter()
         try:
-            env = load_env(entry.id, **entry.args)  # as prime-rl's orchestrator calls it
-            rows = len(env.get_dataset())
+            rows, how = count_env_rows(entry.id, dict(entry.args))  # as prime-rl's orchestrator loads it
         except Exception as exc:
             cause = exc.__cause__ or exc
-            yield CheckRow(label, "fail", f"vf.load_environment({entry.id!r}, ...) failed: {cause}", _load_fix(entry))
+            yield CheckRow(label, "fail", f"loading {entry.id!r} failed: {cause}", _load_fix(entry))
             continue
         took = time.perf_counter() - started
-        yield CheckRow(label, "pass", f"vf.load_environment({entry.id!r}): {rows} rows in {took:.1f} s")
+        yield CheckRow(label, "pass", f"{how}: {rows} rows in {took:.1f} s")
 
 
 def _load_fix(entry: EnvEntry) -> str:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 from air.training.config_files import PRIME_RL_COMMIT
 from air.training.config_rules import gpu_key, gpu_sets
+from air.training.config_v1 import CONFIG_FOLDERS, V1_COMMIT
 from air.training.preflight_rows import NET_TIMEOUT_S, CheckRow, PreflightContext
 
-VERIFIERS_RANGE = ">=0.1.10.dev0,<0.1.11"  # the same range as pyproject.toml
+VERIFIERS_RANGE = ">=0.1.10.dev0,<0.1.11"  # the classic extra's range in pyproject.toml
 
 
 def check_gpus(ctx: PreflightContext) -> Iterator[CheckRow]:
@@ -93,8 +95,20 @@ def check_prime_rl(ctx: PreflightContext) -> Iterator[CheckRow]:
     if not (install.root / "pyproject.toml").exists():
         yield CheckRow("prime-rl", "fail", f"{install.root} (from {install.source}) is not a prime-rl checkout")
         return
-    commit = install.commit()
-    if commit is None or not commit.startswith(PRIME_RL_COMMIT):
+    generation, commit = install.generation(), install.commit()
+    yield from _generation_rows(ctx, install.root, generation)
+    if generation == "v1":
+        if commit is not None and commit.startswith(V1_COMMIT):
+            yield CheckRow("prime-rl", "pass", f"{install.root} at {V1_COMMIT}, v1 (from {install.source})")
+        else:
+            yield CheckRow(
+                "prime-rl",
+                "warn",
+                f"{install.root} is v1 at {commit[:12] if commit else 'an unknown commit'}; configs/mlgym-v1 and the "
+                f"shipped schema were checked against {V1_COMMIT}: keys may have moved since",
+                f"git -C {install.root} checkout {V1_COMMIT}, or check the config with prime-rl's own `rl --dry-run`",
+            )
+    elif commit is None or not commit.startswith(PRIME_RL_COMMIT):
         yield CheckRow(
             "prime-rl",
             "fail",
@@ -112,9 +126,29 @@ def check_prime_rl(ctx: PreflightContext) -> Iterator[CheckRow]:
     if not probe.get("air_mlgym"):
         problems.append(f"air_mlgym is not importable there ({probe.get('air_mlgym_error', 'not installed')})")
     version = probe.get("verifiers")
-    if not version or version not in SpecifierSet(VERIFIERS_RANGE, prereleases=True):
+    if generation == "v1":
+        if probe.get("air_mlgym") and not probe.get("v1_front"):
+            problems.append(f"verifiers {version} there has no verifiers.v1: air_mlgym's v1 front cannot load")
+    elif not version or version not in SpecifierSet(VERIFIERS_RANGE, prereleases=True):
         problems.append(f"verifiers {version} is outside {VERIFIERS_RANGE}")
     if problems:
         yield CheckRow("prime-rl venv", "fail", "; ".join(problems), "bash scripts/install_prime_rl.sh")
     else:
-        yield CheckRow("prime-rl venv", "pass", f"air-agent {probe.get('air-agent')}, verifiers {version}")
+        front = "v1 front" if generation == "v1" else "classic front"
+        yield CheckRow("prime-rl venv", "pass", f"air-agent {probe.get('air-agent')} ({front}), verifiers {version}")
+
+
+def _generation_rows(ctx: PreflightContext, root: Path, generation: str) -> Iterator[CheckRow]:
+    """A config written for the other generation of prime-rl than the one installed: named, with the fix."""
+    other = "classic" if generation == "v1" else "v1"
+    how = {"classic": f"--commit {PRIME_RL_COMMIT}", "v1": f"--commit {V1_COMMIT}"}
+    for config in ctx.configs:
+        if config.generation != generation:
+            twin = Path(CONFIG_FOLDERS[generation]) / config.path.name
+            yield CheckRow(
+                "prime-rl",
+                "fail",
+                f"{config.path} is a {other} config (prime-rl {how[other].split()[-1]}), but {root} is {generation} "
+                f"prime-rl: it would reject the file",
+                f"use {twin}, or install the other one: bash scripts/install_prime_rl.sh {how[other]} DIR",
+            )

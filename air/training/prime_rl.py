@@ -38,11 +38,15 @@ class PrimeRlInstall:
             return None
         return out.stdout.strip() if out.returncode == 0 else None
 
+    def generation(self) -> str:
+        """``v1`` for today's prime-rl (env servers, verifiers v1 tasksets), else ``classic``."""
+        return "v1" if (self.root / "src" / "prime_rl" / "entrypoints" / "env_server.py").exists() else "classic"
+
     def at_pinned_commit(self) -> bool:
         commit = self.commit()
         return commit is not None and commit.startswith(PRIME_RL_COMMIT)
 
-    def probe_venv(self, timeout: float = 30.0) -> dict[str, str | None] | str:
+    def probe_venv(self, timeout: float = 30.0) -> dict[str, str | bool | None] | str:
         """What prime-rl's venv can import: versions of prime_rl's deps we rely on, or an error text."""
         if not self.python.exists():
             return f"no venv at {self.python.parent.parent} (run `uv sync` in {self.root})"
@@ -54,6 +58,7 @@ class PrimeRlInstall:
             "    except m.PackageNotFoundError: out[name] = None\n"
             "try:\n"
             "    import air_mlgym; out['air_mlgym'] = air_mlgym.__file__\n"
+            "    out['v1_front'] = 'MLGymTaskset' in air_mlgym.__all__\n"
             "except Exception as e: out['air_mlgym'] = None; out['air_mlgym_error'] = repr(e)\n"
             "print(json.dumps(out))\n"
         )

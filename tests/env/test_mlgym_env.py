@@ -53,7 +53,9 @@ def progress(task_name: str, score: float) -> float:
 
 def our_containers(run_id: str) -> list:
     client = docker.from_env()
-    return client.containers.list(all=True, filters={"label": [f"{LABEL}=1", f"{LABEL_RUN}={run_id}"]})
+    return client.containers.list(
+        all=True, filters={"label": [f"{LABEL}=1", f"{LABEL_RUN}={run_id}"]}, ignore_removed=True
+    )
 
 
 # ------------------------------------------------------------------------------ loading (no Docker)
@@ -91,9 +93,13 @@ def test_dataset_has_one_row_per_task_and_example():
 
 
 def test_loading_starts_no_container(docker_image):
-    before = {c.id for c in docker.from_env().containers.list(all=True, filters={"label": f"{LABEL}=1"})}
+    before = {
+        c.id for c in docker.from_env().containers.list(all=True, filters={"label": f"{LABEL}=1"}, ignore_removed=True)
+    }
     env = air_mlgym.load_environment(image=docker_image, pool_size=8)
-    after = {c.id for c in docker.from_env().containers.list(all=True, filters={"label": f"{LABEL}=1"})}
+    after = {
+        c.id for c in docker.from_env().containers.list(all=True, filters={"label": f"{LABEL}=1"}, ignore_removed=True)
+    }
     assert env.get_dataset() is not None
     assert after <= before
 

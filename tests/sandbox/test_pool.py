@@ -55,7 +55,7 @@ def _owner_ids(config: SandboxConfig, mode: str) -> tuple[subprocess.Popen[str],
 
 def _existing(ids: list[str]) -> set[str]:
     client = docker.from_env()
-    return {c.id for c in client.containers.list(all=True)} & set(ids)
+    return {c.id for c in client.containers.list(all=True, ignore_removed=True)} & set(ids)
 
 
 def _wait_gone(ids: list[str], timeout: float = 30) -> set[str]:

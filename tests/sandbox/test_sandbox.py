@@ -166,7 +166,7 @@ async def test_32_sessions_from_one_event_loop(sandbox_config: SandboxConfig) ->
     finally:
         await asyncio.gather(*(sb.destroy() for sb in sandboxes))
     client = docker.from_env()
-    assert not [c for c in client.containers.list(all=True) if c.id in {sb.id for sb in sandboxes}]
+    assert not [c for c in client.containers.list(all=True, ignore_removed=True) if c.id in {sb.id for sb in sandboxes}]
 
 
 @pytest.mark.docker

@@ -25,7 +25,8 @@ def fake_prime_rl(tmp_path_factory) -> tuple[Path, str, str]:
     repo = tmp_path_factory.mktemp("upstream") / "prime-rl"
     (repo / "src" / "prime_rl").mkdir(parents=True)
     (repo / "pyproject.toml").write_text(
-        '[project]\nname = "prime-rl"\nversion = "0.0.0"\nrequires-python = ">=3.11"\ndependencies = ["verifiers==0.1.10"]\n'
+        '[project]\nname = "prime-rl"\nversion = "0.0.0"\nrequires-python = ">=3.11"\n'
+        'dependencies = ["verifiers==0.1.10"]\n'  # prime-rl's venv brings verifiers; air-agent leaves it be
         '[project.scripts]\nrl = "prime_rl.rl:main"\n'
         '[build-system]\nrequires = ["hatchling"]\nbuild-backend = "hatchling.build"\n'
         '[tool.hatch.build.targets.wheel]\npackages = ["src/prime_rl"]\n'

@@ -1,0 +1,130 @@
+"""configs/mlgym-v1 (today's prime-rl): the shipped schema of prime-rl 559b447, air_mlgym's taskset keys
+checked with its own settings model, the deployment's GPUs, and `air check` naming a config written for
+the other generation of prime-rl than the one installed. The same files against prime-rl's own config
+models: tests/rehearsal/test_v1_checkout.py (opt-in, with a checkout)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from air.training.config_files import load_config
+from air.training.config_rules import check_config_files, env_entries, gpu_sets
+
+ROOT = Path(__file__).resolve().parents[2]
+V1_DIR = ROOT / "configs" / "mlgym-v1"
+CLASSIC_DIR = ROOT / "configs" / "mlgym"
+V1_FILES = ["rl.toml", "rl_debug.toml", "rl_2gpu.toml"]
+
+
+def test_the_v1_configs_are_the_classic_runs_on_todays_prime_rl():
+    assert sorted(p.name for p in V1_DIR.glob("*.toml")) == sorted(V1_FILES)
+    for name in V1_FILES:
+        v1, classic = load_config(V1_DIR / name), load_config(CLASSIC_DIR / name)
+        assert (v1.generation, classic.generation) == ("v1", "classic")
+        # the same envs with the same arguments, the same batch and group, the same GPU counts
+        assert [(e.id, e.name) for e in env_entries(v1)] == [(e.id, e.name) for e in env_entries(classic)]
+        for a, b in zip(env_entries(v1), env_entries(classic), strict=True):
+            assert a.args == {k: v for k, v in b.args.items() if k not in ("num_examples_per_task",)} | {
+                "num_examples_per_task": a.args["num_examples_per_task"]
+            }
+        assert v1.data["orchestrator"]["batch_size"] == classic.data["orchestrator"]["batch_size"]
+        assert v1.data["orchestrator"]["group_size"] == classic.data["orchestrator"]["rollouts_per_example"]
+        gpus_v1, gpus_classic = gpu_sets(v1), gpu_sets(classic)
+        assert {k: len(v) for k, v in gpus_v1.items()} == {k: len(v) for k, v in gpus_classic.items()}
+
+
+@pytest.mark.parametrize("name", V1_FILES)
+def test_a_shipped_v1_config_passes_the_checker(name):
+    report = check_config_files([V1_DIR / name])
+    assert report.problems == []
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    base = (V1_DIR / "rl_2gpu.toml").read_text()
+    path = tmp_path / "rl.toml"
+    path.write_text(base.replace("max_steps = 20", "max_steps = 20\n" + text, 1) if text else base)
+    return path
+
+
+def _edit(tmp_path: Path, old: str, new: str) -> list:
+    path = tmp_path / "rl.toml"
+    text = (V1_DIR / "rl_2gpu.toml").read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+    return check_config_files([path]).problems
+
+
+def test_typos_are_named_where_they_are(tmp_path):
+    found = _edit(tmp_path, "group_size = 4", "group_sise = 4")
+    assert any(p.key == "orchestrator.group_sise" and "did you mean 'group_size'" in p.message for p in found)
+    found = _edit(tmp_path, "max_turns = 10", "max_turn = 10")
+    assert [p.key for p in found] == ["orchestrator.train.source[0].env.taskset.max_turn"]
+    assert "did you mean 'max_turns'" in found[0].message and found[0].fix == "rename it to 'max_turns'"
+    found = _edit(tmp_path, 'type = "subprocess"', 'type = "subprocess"\nwhatever = 1')
+    assert found == [], "a seat's keys are resolved by prime-rl from the harness: not the static schema's"
+    found = _edit(tmp_path, "num_infer_gpus = 1", "num_infer_gpu = 1")
+    assert any(p.key == "deployment.num_infer_gpu" for p in found)
+
+
+def test_batch_group_and_gpus_are_checked(tmp_path):
+    found = _edit(tmp_path, "batch_size = 16", "batch_size = 18")
+    assert any(p.key == "orchestrator.batch_size" and "not divisible by orchestrator.group_size = 4" in p.message
+               for p in found)  # fmt: skip
+    found = _edit(tmp_path, 'run_id = "rl-2gpu"', 'run_id = "rl-2gpu"\nenv_gpu = "1"')
+    assert any(
+        p.key == "deployment.num_train_gpus"
+        and "GPU 1 assigned to both trainer (1) and env builtin-lane-merge" in p.message
+        for p in found
+    ), found
+    found = _edit(tmp_path, 'run_id = "rl-2gpu"', 'run_id = "rl-2gpu"\nenv_gpu = "2"')
+    assert found == []
+
+
+def test_generation_is_told_by_the_file_shape(tmp_path):
+    path = tmp_path / "x.toml"
+    path.write_text("[deployment]\nnum_train_gpus = 1\n")
+    assert load_config(path).generation == "v1"
+    path.write_text('inference_gpu_ids = [0]\n[[orchestrator.env]]\nid = "air_mlgym"\n')
+    assert load_config(path).generation == "classic"
+
+
+def _fake_checkout(root: Path, generation: str) -> Path:
+    (root / "src" / "prime_rl" / "entrypoints").mkdir(parents=True)
+    (root / "pyproject.toml").write_text('[project]\nname = "prime-rl"\n')
+    if generation == "v1":
+        (root / "src" / "prime_rl" / "entrypoints" / "env_server.py").write_text("")
+    return root
+
+
+@pytest.mark.parametrize(
+    ("installed", "config"), [("v1", CLASSIC_DIR / "rl_2gpu.toml"), ("classic", V1_DIR / "rl_2gpu.toml")]
+)
+def test_air_check_names_a_config_for_the_other_prime_rl(tmp_path, installed, config):
+    checkout = _fake_checkout(tmp_path / "prime-rl", installed)
+    done = subprocess.run(
+        [sys.executable, "-m", "air.cli.main", "check", "--config", str(config), "--prime-rl", str(checkout), "--json"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    rows = [r for r in json.loads(done.stdout) if r["check"] == "prime-rl" and r["status"] == "fail"]
+    other = "classic" if installed == "v1" else "v1"
+    assert any(f"is a {other} config" in r["detail"] and f"is {installed} prime-rl" in r["detail"] for r in rows), rows
+    folder = "configs/mlgym-v1" if installed == "v1" else "configs/mlgym"
+    assert any(f"{folder}/rl_2gpu.toml" in r["fix"] for r in rows), rows
+    assert done.returncode == 1
+
+
+def test_the_shipped_v1_schema_is_prime_rls_at_the_commit():
+    schema = json.loads((ROOT / "air" / "training" / "schemas" / "prime_rl_rl_559b447.schema.json").read_text())
+    assert "559b447" in schema["$comment"] and schema["additionalProperties"] is False
+    assert {"deployment", "orchestrator", "trainer", "inference", "monitors"} <= set(schema["properties"])
+    assert '"oneOf":' not in json.dumps(schema)  # written as anyOf: jsonschema cannot pick a default tag
+    data = tomllib.loads((V1_DIR / "rl.toml").read_text())
+    assert data["deployment"] == {"num_infer_gpus": 1, "num_train_gpus": 5}
