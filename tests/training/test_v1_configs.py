@@ -25,6 +25,7 @@ V1_FILES = ["rl.toml", "rl_debug.toml", "rl_2gpu.toml"]
 
 def test_the_v1_configs_are_the_classic_runs_on_todays_prime_rl():
     assert sorted(p.name for p in V1_DIR.glob("*.toml")) == sorted(V1_FILES)
+    assert [p.name for p in (V1_DIR / "env-servers").glob("*.toml")] == ["lane_merge.toml"]
     for name in V1_FILES:
         v1, classic = load_config(V1_DIR / name), load_config(CLASSIC_DIR / name)
         assert (v1.generation, classic.generation) == ("v1", "classic")
@@ -46,11 +47,12 @@ def test_a_shipped_v1_config_passes_the_checker(name):
     assert report.problems == []
 
 
-def _write(tmp_path: Path, text: str) -> Path:
-    base = (V1_DIR / "rl_2gpu.toml").read_text()
-    path = tmp_path / "rl.toml"
-    path.write_text(base.replace("max_steps = 20", "max_steps = 20\n" + text, 1) if text else base)
-    return path
+def test_the_env_server_config_serves_a_source_of_rl_2gpu_word_for_word():
+    server = tomllib.loads((V1_DIR / "env-servers" / "lane_merge.toml").read_text())
+    source = tomllib.loads((V1_DIR / "rl_2gpu.toml").read_text())["orchestrator"]["train"]["source"][0]
+    assert server["env"]["player"] == source["env"]["player"]
+    assert server["env"]["taskset"] == source["env"]["taskset"] | {"run_id": "env-server-lane-merge"}
+    assert server["serve"]["address"] == "tcp://0.0.0.0:5000"
 
 
 def _edit(tmp_path: Path, old: str, new: str) -> list:
