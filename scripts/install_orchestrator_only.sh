@@ -1,6 +1,12 @@
-# Sourced by install_prime_rl.sh --orchestrator-only once prime-rl is checked out at the pin in $DIR.
-# Builds $DIR/.venv-orchestrator: what prime_rl.orchestrator imports (read off its import closure at
-# c87c19b: no vLLM, liger, flash-attn or torchtitan there), at the versions of prime-rl's uv.lock.
+# Sourced by install_prime_rl.sh --orchestrator-only once prime-rl is checked out in $DIR ($GENERATION set).
+# Builds $DIR/.venv-orchestrator: what prime-rl's orchestrator (and, today's, its env server) imports,
+# without vLLM, flash-attn, torchtitan or CUDA torch, at the versions of prime-rl's uv.lock.
+#   classic (c87c19b): the packages below (its orchestrator's import closure), verifiers from the lock's git
+#       source.
+#   v1 (today's): prime-rl's own dependencies less the GPU-only ones; verifiers, renderers and
+#       prime-pydantic-config are submodules there: taken from deps/ when checked out, else verifiers from
+#       VERIFIERS_REPO at the submodule's commit and the other two from PyPI (said); prime-rl-configs put on
+#       the path from the checkout, like prime-rl's source (both declare Python 3.12 only).
 # Idempotent: a venv that already imports everything is only checked.
 
 VENV="$DIR/.venv-orchestrator"
@@ -23,24 +29,43 @@ ORCHESTRATOR_PACKAGES=(
     tomli tomli-w msgspec pyzmq msgpack wandb loguru rich tenacity requests aiolimiter aiofiles pillow
     prime-evals openai-agents tqdm jinja2
 )
+# Today's prime-rl: its dependencies that need a GPU, a CUDA build, Python 3.12 or a git host, left out.
+GPU_ONLY='^(vllm|vllm-router|flash-attn.*|flash_attn.*|ring-flash-attn|torchtitan|tilelang|flash-linear-attention|dion|deep-ep|deep-gemm|nixl.*|mooncake-transfer-engine|torchao|torchvision|torchaudio|liger-kernel|prime-kernels)$'
+# Installed without their dependencies: modelexpress 0.3.0 (imported by today's orchestrator) asks for
+# protobuf < 6, prime-sandboxes for >= 6.31; its generated code runs on protobuf 6. Its other needs that
+# the orchestrator reaches (grpcio) are installed as usual; nixl (CUDA) is not. prometheus-client comes
+# to prime-rl with vLLM; its orchestrator imports it.
+NO_DEPS='^(modelexpress)$'
+V1_EXTRA_PACKAGES=(grpcio prometheus-client)
 IMPORT_CHECK='import prime_rl.orchestrator.orchestrator, air_mlgym, transformers, torch, verifiers
 print(verifiers.__version__, torch.__version__)'
+if [[ $GENERATION == v1 ]]; then
+    # Today's orchestrator also imports the trainer's models (torchtitan at a git revision, flash-attn):
+    # checked apart below, reported, not required. The env server and the config models are.
+    IMPORT_CHECK='import prime_rl.entrypoints.env_server, prime_rl.configs.rl, prime_rl.configs.env_server
+import air_mlgym, transformers, torch, verifiers
+air_mlgym.MLGymTaskset
+print(verifiers.__version__, torch.__version__)'
+fi
 
 orchestrator_ready() {
     [[ -x "$VENV/bin/python" ]] && "$VENV/bin/python" -c "$IMPORT_CHECK" >/dev/null 2>&1
 }
 
 if orchestrator_ready; then
-    say "orchestrator venv $VENV already imports prime-rl's orchestrator and air_mlgym"
+    say "orchestrator venv $VENV already has what it needs (air_mlgym imports there)"
 else
     work=$(mktemp -d)
     trap 'rm -rf "$work"' EXIT
 
     say "reading prime-rl's uv.lock for versions"
-    # Registry packages as constraints (==version); git sources apart: verifiers is the one we need.
-    python3 - "$DIR/uv.lock" "$work/constraints.txt" "$work/verifiers.txt" "$work/torch.txt" <<'PY' || die "cannot read $DIR/uv.lock"
-import sys, tomllib
-lock = tomllib.load(open(sys.argv[1], "rb"))
+    # Registry packages as constraints (==version); git and path sources apart (verifiers among them).
+    python3 - "$DIR" "$work" "$GENERATION" "$GPU_ONLY" "$NO_DEPS" <<'PY' || die "cannot read $DIR/uv.lock"
+import re, sys, tomllib
+from pathlib import Path
+root, work, generation = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+gpu_only, no_deps = re.compile(sys.argv[4]), re.compile(sys.argv[5])
+lock = tomllib.load(open(root / "uv.lock", "rb"))
 packages = lock.get("package", [])
 names = [package["name"] for package in packages]
 verifiers = torch = None
@@ -51,19 +76,55 @@ for package in packages:
         torch = torch or package["version"].split("+")[0]  # "2.9.1+cu128": the CUDA build's local tag
     elif name == "verifiers" and "git" in source:
         verifiers = source["git"].rsplit("#", 1)[1]
+    elif name == "verifiers" and "editable" in source:
+        verifiers = "submodule:" + source["editable"]
     # Not pinned: torch's own build stack (it comes with whichever torch is installed), and packages the
     # lock holds at several versions under markers a plain constraint cannot carry (triton is one).
     elif "registry" in source and names.count(name) == 1 and not name.startswith(("nvidia-", "triton", "cuda-")):
         pins.append(f"{name}=={package['version']}")
 if verifiers is None or torch is None:
-    sys.exit("no git source for verifiers, or no torch, in uv.lock")
-open(sys.argv[2], "w").write("\n".join(sorted(pins)) + "\n")
-open(sys.argv[3], "w").write(verifiers + "\n")
-open(sys.argv[4], "w").write(torch + "\n")
+    sys.exit("no source for verifiers, or no torch, in uv.lock")
+(work / "constraints.txt").write_text("\n".join(sorted(pins)) + "\n")
+(work / "verifiers.txt").write_text(verifiers + "\n")
+(work / "torch.txt").write_text(torch + "\n")
+if generation == "v1":  # prime-rl's own dependencies, less torch (below), the submodules and the GPU-only ones
+    project = tomllib.load(open(root / "pyproject.toml", "rb"))["project"]
+    local = {"torch", "verifiers", "renderers", "prime-pydantic-config", "prime-rl-configs"}
+    wanted, alone = [], []
+    for requirement in project["dependencies"]:
+        name = re.split(r"[\s\[<>=!~;@]", requirement, maxsplit=1)[0].strip().lower()
+        if name and name not in local and not gpu_only.match(name):
+            (alone if no_deps.match(name) else wanted).append(name)
+    (work / "packages.txt").write_text("\n".join(wanted) + "\n")
+    pinned = {pin.split("==")[0]: pin for pin in pins}
+    (work / "no-deps.txt").write_text("".join(pinned.get(name, name) + "\n" for name in alone))
 PY
     VERIFIERS_COMMIT=$(cat "$work/verifiers.txt")
     VERIFIERS_REPO=${VERIFIERS_REPO:-https://github.com/PrimeIntellect-ai/verifiers.git}
-    echo "    $(wc -l <"$work/constraints.txt") pinned packages; verifiers at ${VERIFIERS_COMMIT:0:12} from $VERIFIERS_REPO"
+    LOCAL_SOURCES=()
+    if [[ $GENERATION == v1 ]]; then
+        mapfile -t PACKAGES <"$work/packages.txt"
+        # The submodules: checked out (git clone --recursive), or else from their sources named above.
+        for sub in verifiers renderers pydantic-config; do
+            if [[ -f "$DIR/deps/$sub/pyproject.toml" ]]; then
+                LOCAL_SOURCES+=("$DIR/deps/$sub")
+            elif [[ $sub == verifiers ]]; then
+                commit=$(git -C "$DIR" ls-tree HEAD deps/verifiers | awk '{print $3}')
+                [[ -n "$commit" ]] || die "$DIR has no deps/verifiers submodule"
+                LOCAL_SOURCES+=("verifiers @ git+$VERIFIERS_REPO@$commit")
+            else
+                name=$([[ $sub == pydantic-config ]] && echo prime-pydantic-config || echo "$sub")
+                echo "    deps/$sub is not checked out: $name from PyPI instead (the newest release)"
+                LOCAL_SOURCES+=("$name")
+            fi
+        done
+        VERIFIERS_COMMIT=$(git -C "$DIR" ls-tree HEAD deps/verifiers | awk '{print $3}')
+        echo "    $(wc -l <"$work/constraints.txt") pinned packages; ${#PACKAGES[@]} of prime-rl's dependencies"
+    else
+        PACKAGES=("${ORCHESTRATOR_PACKAGES[@]}")
+        LOCAL_SOURCES+=("verifiers @ git+$VERIFIERS_REPO@$VERIFIERS_COMMIT")
+        echo "    $(wc -l <"$work/constraints.txt") pinned packages; verifiers at ${VERIFIERS_COMMIT:0:12} from $VERIFIERS_REPO"
+    fi
 
     say "creating $VENV (Python $PY_WANTED)"
     UV_PYTHON_DOWNLOADS=${UV_PYTHON_DOWNLOADS:-never} uv venv --quiet --allow-existing --python "$PY_WANTED" "$VENV" ||
@@ -90,13 +151,18 @@ PY
     fi
 
     say "installing the orchestrator's dependencies and verifiers ${VERIFIERS_COMMIT:0:12}"
-    uv pip install --quiet --python "$PY" --constraint "$work/constraints.txt" "${ORCHESTRATOR_PACKAGES[@]}" \
-        "verifiers @ git+$VERIFIERS_REPO@$VERIFIERS_COMMIT" ||
+    [[ $GENERATION == v1 ]] && PACKAGES+=("${V1_EXTRA_PACKAGES[@]}")
+    uv pip install --quiet --python "$PY" --constraint "$work/constraints.txt" "${PACKAGES[@]}" "${LOCAL_SOURCES[@]}" ||
         die "installing the orchestrator's dependencies failed (VERIFIERS_REPO=$VERIFIERS_REPO reachable?)"
+    if [[ -s "$work/no-deps.txt" ]]; then
+        uv pip install --quiet --python "$PY" --no-deps -r "$work/no-deps.txt" ||
+            die "cannot install $(tr '\n' ' ' <"$work/no-deps.txt")"
+    fi
 
     say "putting prime-rl's source on the venv's path (no install: its pyproject pins vLLM and CUDA torch)"
     site=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
     echo "$DIR/src" >"$site/prime_rl_source.pth"
+    [[ ! -d "$DIR/packages/prime-rl-configs/src" ]] || echo "$DIR/packages/prime-rl-configs/src" >>"$site/prime_rl_source.pth"
 
     say "installing air-agent[tiny] (editable)"
     uv pip install --quiet --python "$PY" --constraint "$work/constraints.txt" -e "$AIR_DIR[tiny]" ||
@@ -106,12 +172,33 @@ fi
 report=$("$VENV/bin/python" -c "$IMPORT_CHECK" 2>&1) ||
     die "the orchestrator venv does not import everything: $(tail -n 3 <<<"$report")"
 read -r verifiers_version torch_version <<<"$(tail -n 1 <<<"$report")"
-echo "    prime_rl.orchestrator and air_mlgym import; verifiers $verifiers_version, torch $torch_version"
+if [[ $GENERATION == v1 ]]; then
+    echo "    prime-rl's env server, its config models and air_mlgym's v1 front import; verifiers $verifiers_version, torch $torch_version"
+    missing=$("$VENV/bin/python" -c 'import prime_rl.orchestrator.orchestrator' 2>&1 |
+        grep -o "No module named '[^']*'" | head -1 || true)
+    if [[ -n "$missing" ]]; then
+        echo "    prime-rl's orchestrator does not import on the CPU ($missing: the trainer's models, which need"
+        echo "    torchtitan at a git revision); air rehearse supports prime-rl c87c19b only for now"
+    fi
+else
+    echo "    prime_rl.orchestrator and air_mlgym import; verifiers $verifiers_version, torch $torch_version"
+fi
 
 cat <<EOF
 
-Done. prime-rl's orchestrator (at ${head:0:12}) runs from $VENV, on the CPU.
+Done. prime-rl (at ${head:0:12}, $GENERATION) runs from $VENV, on the CPU.
+EOF
+if [[ $GENERATION == v1 ]]; then
+    cat <<EOF
+Check a config with prime-rl's own models, or serve an env:
+
+  $VENV/bin/python -m prime_rl.entrypoints.rl @ $AIR_DIR/$CONFIGS/rl_2gpu.toml --dry-run
+  $VENV/bin/python -m prime_rl.entrypoints.env_server @ $AIR_DIR/$CONFIGS/env-servers/lane_merge.toml
+EOF
+else
+    cat <<EOF
 Rehearse a training run before booking GPUs:
 
-  $VENV/bin/air rehearse --config $AIR_DIR/configs/mlgym/rl_2gpu.toml --steps 3 --prime-rl $DIR
+  $VENV/bin/air rehearse --config $AIR_DIR/$CONFIGS/rl_2gpu.toml --steps 3 --prime-rl $DIR
 EOF
+fi

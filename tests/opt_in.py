@@ -10,6 +10,8 @@ from pathlib import Path
 
 MLGYM_CHECKOUT = os.environ.get("AIR_TEST_MLGYM_ROOT") or os.environ.get("MLGYM_ROOT") or ""
 PRIME_RL_CHECKOUT = os.environ.get("AIR_TEST_PRIME_RL_DIR") or os.environ.get("PRIME_RL_DIR") or ""
+# Today's prime-rl (v1), installed by `install_prime_rl.sh --orchestrator-only --commit 559b447 DIR`.
+PRIME_RL_V1_CHECKOUT = os.environ.get("AIR_TEST_PRIME_RL_V1_DIR") or ""
 
 
 def mlgym_checkout() -> Path | None:
@@ -22,3 +24,11 @@ def prime_rl_checkout() -> Path | None:
     """The prime-rl checkout the opt-in rehearsal tests use, or None (they skip)."""
     root = Path(PRIME_RL_CHECKOUT).expanduser() if PRIME_RL_CHECKOUT else None
     return root if root is not None and (root / "src" / "prime_rl").is_dir() else None
+
+
+def prime_rl_v1_checkout() -> Path | None:
+    """Today's prime-rl checkout (env servers) with its orchestrator venv, or None (the tests skip)."""
+    root = Path(PRIME_RL_V1_CHECKOUT).expanduser() if PRIME_RL_V1_CHECKOUT else None
+    if root is None or not (root / "src" / "prime_rl" / "entrypoints" / "env_server.py").is_file():
+        return None
+    return root if (root / ".venv-orchestrator" / "bin" / "python").is_file() else None
