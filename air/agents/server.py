@@ -115,6 +115,13 @@ class PolicyApp:
         with self._rng_lock:
             return random.Random(self._rng.getrandbits(64))
 
+    def _respond(self, messages: list[dict[str, Any]]) -> str:
+        """One reply of the policy to a conversation given as tokens (no request seed to derive it from)."""
+        self.requests_served += 1
+        with self._rng_lock:
+            rng = random.Random(self._rng.getrandbits(64))
+        return self.policy.respond(messages, rng)
+
     def _build(self):
         from starlette.applications import Starlette
         from starlette.exceptions import HTTPException
@@ -197,7 +204,7 @@ class PolicyApp:
             Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         ]
         if self.vllm is not None:
-            routes += self.vllm.routes(chat_completions)
+            routes += self.vllm.routes(chat_completions, self._respond)
         return Starlette(routes=routes, exception_handlers={HTTPException: http_error})
 
     async def _stream(

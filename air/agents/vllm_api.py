@@ -11,14 +11,18 @@ returns, and call vLLM's admin routes. This module holds those, next to the plai
 - a prompt past the context gets vLLM's 400 wording, which verifiers maps to ``prompt_too_long``;
 - ``POST /tokenize`` (interleaved rollouts), ``POST /v1/chat/completions/tokens`` (prime-rl's route
   for a prompt given as token ids);
+- ``POST /inference/v1/generate`` (today's prime-rl: token ids in, token ids and ``token_id:<id>``
+  logprobs out; the chat is rendered client-side, so the policy reads it back from the ChatML tokens);
 - the weight routes (``/update_weights``, ``/reload_weights``, ``/load_lora_adapter``, vLLM's own
-  ``/v1/load_lora_adapter`` and ``/v1/unload_lora_adapter``): acknowledged and recorded in
-  :attr:`VllmSide.weight_updates`, since scripted text does not depend on weights.
+  ``/v1/load_lora_adapter`` and ``/v1/unload_lora_adapter``, today's ``/pause`` and ``/resume``):
+  acknowledged and recorded in :attr:`VllmSide.weight_updates`, since scripted text does not depend on
+  weights; ``GET /metrics`` answers in Prometheus' text format.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 import uuid
@@ -33,7 +37,9 @@ from air.agents.token_scorer import PromptTooLong, ScoredCompletion, TokenScorer
 # prime-rl's wrappers (JSON answers) and vLLM's own LoRA routes (text answers).
 LOAD_ROUTES = ("/load_lora_adapter", "/v1/load_lora_adapter")
 UNLOAD_ROUTE = "/v1/unload_lora_adapter"
-ADMIN_ROUTES = ("/update_weights", "/reload_weights", *LOAD_ROUTES, UNLOAD_ROUTE)
+ADMIN_ROUTES = ("/update_weights", "/reload_weights", *LOAD_ROUTES, UNLOAD_ROUTE, "/pause", "/resume")
+GENERATE_ROUTE = "/inference/v1/generate"
+CHATML_TURN = re.compile(r"<\|im_start\|>(\w+)\n(.*?)<\|im_end\|>", re.DOTALL)
 
 
 class VllmSampling(BaseModel):
@@ -64,6 +70,16 @@ class TokenizeRequest(BaseModel):
     add_generation_prompt: bool = True
     add_special_tokens: bool = False
     return_token_strs: bool = False
+
+
+class GenerateRequest(BaseModel):
+    """vLLM's token-in, token-out request (prime-rl's ``/inference/v1/generate``)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str
+    token_ids: list[int] = Field(min_length=1)
+    sampling_params: dict[str, Any] = Field(default_factory=dict)
 
 
 @dataclass
@@ -133,6 +149,36 @@ class VllmSide:
         completion = sum(len(s.token_ids) for s in scored)
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
+    # ------------------------------------------------------------------ token in, token out
+
+    def messages_of(self, token_ids: list[int]) -> list[dict[str, Any]]:
+        """The conversation a rendered prompt holds (our tokenizer's ChatML turns), for the policy."""
+        text = self.scorer.tokenizer.decode(token_ids, skip_special_tokens=False)
+        return [{"role": role, "content": content} for role, content in CHATML_TURN.findall(text)]
+
+    def generate(self, request: GenerateRequest, reply: str) -> dict[str, Any]:
+        """vLLM's answer to a token prompt; raises PromptTooLong like vLLM's 400."""
+        sampling = VllmSampling.model_validate(request.sampling_params)
+        temperature = 1.0 if sampling.temperature is None else sampling.temperature
+        scored = self.scorer.complete(request.token_ids, reply, sampling.token_limit, temperature)
+        content = [
+            {"token": f"token_id:{token_id}", "logprob": logprob}
+            for token_id, logprob in zip(scored.token_ids, scored.logprobs, strict=True)
+        ]
+        return {
+            "request_id": f"generate-{uuid.uuid4().hex}",
+            "choices": [
+                {
+                    "index": 0,
+                    "token_ids": scored.token_ids,
+                    "finish_reason": scored.finish_reason,
+                    "logprobs": {"content": content},
+                }
+            ],
+            "prompt_token_ids": scored.prompt_ids,
+            "usage": self.usage([scored]),
+        }
+
     # ------------------------------------------------------------------ the other routes
 
     def tokenize(self, raw: bytes) -> tuple[int, dict[str, Any]]:
@@ -199,12 +245,39 @@ class VllmSide:
             }
         )
 
-    def routes(self, chat_completions) -> list:
-        """/tokenize, prime-rl's token-prompt chat route (served by ``chat_completions``), the admin routes."""
+    def routes(self, chat_completions, respond) -> list:
+        """/tokenize, prime-rl's token-prompt chat route (served by ``chat_completions``), the token-in,
+        token-out route (the policy's reply from ``respond(messages)``), the admin routes, /metrics."""
         from starlette.concurrency import run_in_threadpool
         from starlette.requests import Request
         from starlette.responses import JSONResponse, PlainTextResponse
         from starlette.routing import Route
+
+        async def generate(request: Request) -> JSONResponse:
+            try:
+                body = GenerateRequest.model_validate_json(await request.body())
+                VllmSampling.model_validate(body.sampling_params)
+            except ValidationError as exc:
+                message, param = describe_validation_error(exc)
+                return JSONResponse(error_body(message, param=param), status_code=400)
+            unknown = self.unknown_model(body.model)
+            if unknown:
+                return JSONResponse(error_body(unknown, kind="NotFoundError", param="model"), status_code=404)
+            messages = await run_in_threadpool(self.messages_of, body.token_ids)
+            try:
+                reply = respond(messages)
+            except Exception as exc:  # a policy bug answers as a server error, as in chat completions
+                return JSONResponse(error_body(f"the policy failed: {exc!r}", kind="server_error"), status_code=500)
+            try:
+                payload = await run_in_threadpool(self.generate, body, reply)  # a forward pass: off the loop
+            except PromptTooLong as exc:
+                return JSONResponse(error_body(str(exc), kind="BadRequestError"), status_code=400)
+            return JSONResponse(payload)
+
+        async def metrics(_: Request) -> PlainTextResponse:
+            gauge = f'vllm:num_requests_running{{model_name="{self.model_name}"}} 0'
+            lines = ["# TYPE vllm:num_requests_running gauge", gauge]
+            return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
 
         async def tokenize(request: Request) -> JSONResponse:
             status, payload = await run_in_threadpool(self.tokenize, await request.body())
@@ -229,8 +302,19 @@ class VllmSide:
         return [
             Route("/tokenize", tokenize, methods=["POST"]),
             Route("/v1/chat/completions/tokens", chat_completions, methods=["POST"]),
+            Route(GENERATE_ROUTE, generate, methods=["POST"]),
+            Route("/metrics", metrics, methods=["GET"]),
             *(admin(route) for route in ADMIN_ROUTES),
         ]
 
 
-__all__ = ["ADMIN_ROUTES", "PromptTooLong", "TokenizeRequest", "VllmSampling", "VllmSide", "WeightUpdate"]
+__all__ = [
+    "ADMIN_ROUTES",
+    "GENERATE_ROUTE",
+    "GenerateRequest",
+    "PromptTooLong",
+    "TokenizeRequest",
+    "VllmSampling",
+    "VllmSide",
+    "WeightUpdate",
+]

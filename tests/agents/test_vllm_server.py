@@ -310,3 +310,56 @@ async def test_air_standalone_can_serve_its_scripted_agent_like_vllm(tiny_model_
     assert summary["model"] == str(tiny_model_dir)  # vLLM names a model by the path it serves
     with pytest.raises(ValueError, match="cannot be combined with base_url"):
         StandaloneSettings(vllm_model=str(tiny_model_dir), base_url="http://127.0.0.1:1/v1")
+
+
+def test_todays_prime_rl_token_route_through_renderers_own_client(server, model, tiny_model_dir):
+    """Today's prime-rl renders the chat client-side (renderers) and POSTs token ids to vLLM's
+    /inference/v1/generate; renderers' own client parses the answer, strictly (MalformedGenerateResponseError
+    on any field it does not expect). The policy reads the conversation back from the ChatML tokens."""
+    import asyncio
+
+    from renderers import DefaultRendererConfig, create_renderer
+    from renderers.client import generate
+
+    tokenizer, lm = model
+    renderer = create_renderer(tokenizer, DefaultRendererConfig())
+    seen: list = []
+    policy = server.app.policy
+    original = policy.respond
+    policy.respond = lambda messages, rng: seen.append(messages) or original(messages, rng)
+
+    async def call():
+        async with openai.AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0) as client:
+            return await generate(
+                client=client, renderer=renderer, messages=MESSAGES, model=server.model_name,
+                sampling_params={"temperature": 0.7, "max_tokens": 64},
+            )  # fmt: skip
+
+    try:
+        result = asyncio.run(call())
+    finally:
+        policy.respond = original
+    assert seen == [MESSAGES], "the policy sees the conversation the client rendered"
+    expected_prompt = tokenizer.encode(
+        tokenizer.apply_chat_template(MESSAGES, tokenize=False, add_generation_prompt=True), add_special_tokens=False
+    )
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert result["prompt_ids"] == expected_prompt
+    assert result["completion_ids"] == tokenizer.encode(REPLY, add_special_tokens=False) + [eos]
+    assert result["content"] == REPLY and result["finish_reason"] == "stop"
+    nll = _teacher_forced_mean_nll(lm, expected_prompt, result["completion_ids"], temperature=0.7)
+    logprobs = result["completion_logprobs"]
+    assert -sum(logprobs) / len(logprobs) == pytest.approx(nll, rel=1e-5)
+
+
+def test_todays_prime_rl_admin_routes_and_a_bad_token_request(server):
+    root = server.base_url.removesuffix("/v1")
+    for route in ("/pause", "/resume"):
+        assert httpx.post(root + route, json={}).status_code == 200
+    assert [u.route for u in server.app.vllm.weight_updates][-2:] == ["/pause", "/resume"]
+    metrics = httpx.get(root + "/metrics")
+    assert metrics.status_code == 200 and "vllm:num_requests_running" in metrics.text
+    empty = httpx.post(root + "/inference/v1/generate", json={"model": server.model_name, "token_ids": []})
+    assert empty.status_code == 400 and "token_ids" in empty.text
+    unknown = httpx.post(root + "/inference/v1/generate", json={"model": "nope", "token_ids": [1, 2]})
+    assert unknown.status_code == 404 and "The model `nope` does not exist." in unknown.text
