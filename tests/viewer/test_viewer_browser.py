@@ -79,13 +79,13 @@ def test_open_select_a_rollout_step_through_it_and_compare(page, tmp_path: Path)
         page.mouse.click(box["x"] + 18, box["y"] + 52)  # the first row's selection box, under the header
         main.get_by_text("Jump to step").wait_for()  # the Rollout view opened ...
         _settled(page)
-        assert main.locator('[data-testid="stCaptionContainer"]').filter(has_text=best.key).is_visible()  # ... on it
+        main.locator('[data-testid="stCaptionContainer"]').filter(has_text=best.key).wait_for()  # ... on it
 
         # select a rollout with the picker, typing to filter its options
         _choose(page, "Rollout", "handmade", "handmade · scripted-improver")
         main.get_by_text("handmade · scripted-improver", exact=True).wait_for()
         main.get_by_text("Step 1 of 4: ls -la").wait_for()
-        assert main.get_by_text("quokka_data.csv").is_visible()
+        main.get_by_text("quokka_data.csv").wait_for()  # the step's output renders after its header on a busy host
         assert not main.get_by_text("secret plan: look first").is_visible()  # reasoning is folded
         main.get_by_text("Reasoning (folded)").click()
         main.get_by_text("secret plan: look first").wait_for()
@@ -104,8 +104,8 @@ def test_open_select_a_rollout_step_through_it_and_compare(page, tmp_path: Path)
         main.get_by_text("mazeRunner · acme-tiny-7b", exact=True).wait_for()
         main.get_by_text("Step 1 of 7: ls").wait_for()  # the right column's own steps
         _settled(page)
-        assert main.get_by_text("handmade · scripted-improver", exact=True).is_visible()
-        assert main.get_by_text("Step 1 of 4: ls -la").is_visible()
+        main.get_by_text("handmade · scripted-improver", exact=True).wait_for()
+        main.get_by_text("Step 1 of 4: ls -la").wait_for()
         compare = _screenshot(page, tmp_path, "viewer-compare.png")
 
     for shot in (overview, rollout, compare):
