@@ -26,12 +26,13 @@ OUR_ENV_IDS = ("air_mlgym", "simple_env")
 
 
 def env_entries(config: LoadedConfig) -> list[EnvEntry]:
-    if config.generation == "v1":
-        return [
-            EnvEntry(i, str(taskset_of(src).get("id", "")), str(src.get("name") or taskset_of(src).get("id", "")),
-                     plugin_args(taskset_of(src)), table=table)
-            for table, i, src in sources(config.data)
-        ]  # fmt: skip
+    if config.generation == "v1":  # a source's taskset: its id, and its own keys as the env's arguments
+        entries = []
+        for table, i, source in sources(config.data):
+            taskset = taskset_of(source)
+            env_id = str(taskset.get("id", ""))
+            entries.append(EnvEntry(i, env_id, str(source.get("name") or env_id), plugin_args(taskset), table=table))
+        return entries
     key = "orchestrator.env" if config.kind == "rl" else "env"
     if config.kind not in ("rl", "orchestrator"):
         return []
@@ -98,7 +99,7 @@ def cross_field_problems(config: LoadedConfig) -> list[ConfigProblem]:
                     f,
                     f"{o}batch_size",
                     f"{batch}{_default_note(config, 'orchestrator.batch_size')} is not divisible by "
-                    f"{group_key.removeprefix('orchestrator.') if not o else group_key} = {group}"
+                    f"{o}{group_key.removeprefix('orchestrator.')} = {group}"
                     f"{_default_note(config, group_key)}",
                     f"use a multiple of {group}, e.g. {max(group, batch - batch % group)}",
                 )
