@@ -3,7 +3,8 @@
 # without vLLM, flash-attn, torchtitan or CUDA torch, at the versions of prime-rl's uv.lock.
 #   classic (c87c19b): the packages below (its orchestrator's import closure), verifiers from the lock's git
 #       source.
-#   v1 (today's): prime-rl's own dependencies less the GPU-only ones; verifiers, renderers and
+#   v1 (today's): prime-rl's own dependencies less the GPU-only ones, torchtitan from the lock's git revision
+#       (PRIME_RL_TORCHTITAN may name a requirement or a path instead); verifiers, renderers and
 #       prime-pydantic-config are submodules there: taken from deps/ when checked out, else verifiers from
 #       VERIFIERS_REPO at the submodule's commit and the other two from PyPI (said); prime-rl-configs put on
 #       the path from the checkout, like prime-rl's source (both declare Python 3.12 only).
@@ -30,19 +31,19 @@ ORCHESTRATOR_PACKAGES=(
     prime-evals openai-agents tqdm jinja2
 )
 # Today's prime-rl: its dependencies that need a GPU, a CUDA build, Python 3.12 or a git host, left out.
-GPU_ONLY='^(vllm|vllm-router|flash-attn.*|flash_attn.*|ring-flash-attn|torchtitan|tilelang|flash-linear-attention|dion|deep-ep|deep-gemm|nixl.*|mooncake-transfer-engine|torchao|torchvision|torchaudio|liger-kernel|prime-kernels)$'
+# (torchtitan, a git source, comes below; flash-attn and vLLM's NCCL classes, imported at load by its
+# orchestrator, get import-only stand-ins: scripts/cpu_stand_ins.)
+GPU_ONLY='^(vllm|vllm-router|flash-attn.*|flash_attn.*|torchtitan|tilelang|dion|deep-ep|deep-gemm|nixl.*|mooncake-transfer-engine|torchvision|torchaudio|liger-kernel|prime-kernels)$'
 # Installed without their dependencies: modelexpress 0.3.0 (imported by today's orchestrator) asks for
 # protobuf < 6, prime-sandboxes for >= 6.31; its generated code runs on protobuf 6. Its other needs that
-# the orchestrator reaches (grpcio) are installed as usual; nixl (CUDA) is not. prometheus-client comes
-# to prime-rl with vLLM; its orchestrator imports it.
+# the orchestrator reaches (grpcio) are installed as usual; nixl (CUDA) is not. prometheus-client and
+# triton come to prime-rl with vLLM and CUDA torch; its orchestrator imports both (triton imports on a CPU).
 NO_DEPS='^(modelexpress)$'
-V1_EXTRA_PACKAGES=(grpcio prometheus-client)
+V1_EXTRA_PACKAGES=(grpcio prometheus-client triton)
 IMPORT_CHECK='import prime_rl.orchestrator.orchestrator, air_mlgym, transformers, torch, verifiers
 print(verifiers.__version__, torch.__version__)'
 if [[ $GENERATION == v1 ]]; then
-    # Today's orchestrator also imports the trainer's models (torchtitan at a git revision, flash-attn):
-    # checked apart below, reported, not required. The env server and the config models are.
-    IMPORT_CHECK='import prime_rl.entrypoints.env_server, prime_rl.configs.rl, prime_rl.configs.env_server
+    IMPORT_CHECK='import prime_rl.orchestrator.orchestrator, prime_rl.entrypoints.env_server, prime_rl.configs.rl
 import air_mlgym, transformers, torch, verifiers
 air_mlgym.MLGymTaskset
 print(verifiers.__version__, torch.__version__)'
@@ -78,10 +79,19 @@ for package in packages:
         verifiers = source["git"].rsplit("#", 1)[1]
     elif name == "verifiers" and "editable" in source:
         verifiers = "submodule:" + source["editable"]
+    elif name == "torchtitan" and "git" in source:  # today's prime-rl: a git revision no release has
+        url, _, commit = source["git"].partition("#")
+        (work / "torchtitan.txt").write_text(f"torchtitan @ git+{url.split('?')[0]}@{commit}\n")
     # Not pinned: torch's own build stack (it comes with whichever torch is installed), and packages the
     # lock holds at several versions under markers a plain constraint cannot carry (triton is one).
     elif "registry" in source and names.count(name) == 1 and not name.startswith(("nvidia-", "triton", "cuda-")):
         pins.append(f"{name}=={package['version']}")
+    elif "registry" in source and not name.startswith(("nvidia-", "triton", "cuda-")):
+        # held at several builds of one version (torchao: the registry's and a CUDA wheel): pin that version
+        bases = {p["version"].split("+")[0] for p in packages if p["name"] == name}
+        pin = f"{name}=={bases.pop()}"
+        if not bases and pin not in pins:
+            pins.append(pin)
 if verifiers is None or torch is None:
     sys.exit("no source for verifiers, or no torch, in uv.lock")
 (work / "constraints.txt").write_text("\n".join(sorted(pins)) + "\n")
@@ -118,6 +128,11 @@ PY
                 LOCAL_SOURCES+=("$name")
             fi
         done
+        if [[ -n "${PRIME_RL_TORCHTITAN:-}" ]]; then
+            LOCAL_SOURCES+=("$PRIME_RL_TORCHTITAN")
+        elif [[ -s "$work/torchtitan.txt" ]]; then
+            LOCAL_SOURCES+=("$(cat "$work/torchtitan.txt")")
+        fi
         VERIFIERS_COMMIT=$(git -C "$DIR" ls-tree HEAD deps/verifiers | awk '{print $3}')
         echo "    $(wc -l <"$work/constraints.txt") pinned packages; ${#PACKAGES[@]} of prime-rl's dependencies"
     else
@@ -163,6 +178,9 @@ PY
     site=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
     echo "$DIR/src" >"$site/prime_rl_source.pth"
     [[ ! -d "$DIR/packages/prime-rl-configs/src" ]] || echo "$DIR/packages/prime-rl-configs/src" >>"$site/prime_rl_source.pth"
+    if [[ $GENERATION == v1 ]]; then  # after the installed packages: a real flash-attn or vLLM would win
+        echo "$AIR_DIR/scripts/cpu_stand_ins" >"$site/zz_air_cpu_stand_ins.pth"
+    fi
 
     say "installing air-agent[tiny] (editable)"
     uv pip install --quiet --python "$PY" --constraint "$work/constraints.txt" -e "$AIR_DIR[tiny]" ||
@@ -173,13 +191,8 @@ report=$("$VENV/bin/python" -c "$IMPORT_CHECK" 2>&1) ||
     die "the orchestrator venv does not import everything: $(tail -n 3 <<<"$report")"
 read -r verifiers_version torch_version <<<"$(tail -n 1 <<<"$report")"
 if [[ $GENERATION == v1 ]]; then
-    echo "    prime-rl's env server, its config models and air_mlgym's v1 front import; verifiers $verifiers_version, torch $torch_version"
-    missing=$("$VENV/bin/python" -c 'import prime_rl.orchestrator.orchestrator' 2>&1 |
-        grep -o "No module named '[^']*'" | head -1 || true)
-    if [[ -n "$missing" ]]; then
-        echo "    prime-rl's orchestrator does not import on the CPU ($missing: the trainer's models, which need"
-        echo "    torchtitan at a git revision); air rehearse supports prime-rl c87c19b only for now"
-    fi
+    echo "    prime-rl's orchestrator (flash-attn and vLLM's NCCL classes as import-only stand-ins), env server and"
+    echo "    config models, and air_mlgym's v1 front import; verifiers $verifiers_version, torch $torch_version"
 else
     echo "    prime_rl.orchestrator and air_mlgym import; verifiers $verifiers_version, torch $torch_version"
 fi
