@@ -24,6 +24,15 @@ METRIC_NAMES = (
 )
 
 
+# The rollout's reward as both fronts report it (the classic rubric's function, the v1 trace's reward).
+REWARD_METRIC = "mlgym_reward"
+
+
+def result_key(name: str) -> str:
+    """Where a reported metric's value is in the core's result dict (``<task>/best_score`` -> ``best_score``)."""
+    return "reward" if name == REWARD_METRIC else name.rpartition("/")[2]
+
+
 def task_name_of(state: Mapping[str, Any]) -> str:
     """The MLGym task of a rollout: info["task_name"], else the `task` column (plain vf-eval)."""
     info = state.get("info") or {}

@@ -23,7 +23,7 @@ from datasets import Dataset
 
 from air.env.actions import message_text
 from air.env.core import EnvFault, MLGymCore, RolloutLabels
-from air.env.metrics import metric_names, task_name_of
+from air.env.metrics import REWARD_METRIC, metric_names, result_key, task_name_of
 from air.env.rollout import Rollout, content_of_completion, jsonable
 from air.env.settings import MLGymEnvSettings
 
@@ -37,10 +37,7 @@ class MLGymEnv(vf.MultiTurnEnv):
     def __init__(self, settings: MLGymEnvSettings, **kwargs: Any) -> None:
         self.settings = settings
         self.core = MLGymCore(settings)
-        self.task_root = self.core.task_root
-        self.tasks = self.core.tasks
-        self.sandbox_config = self.core.sandbox_config
-        self.trajectory_dir = self.core.trajectory_dir
+        self.tasks = self.core.tasks  # air replay reads the one task it loaded
         dataset = self._build_dataset()
         super().__init__(
             dataset=dataset,
@@ -156,10 +153,10 @@ def _build_rubric(task_names: list[str]) -> vf.Rubric:
     """The reward and metrics computed in finish_rollout, handed to verifiers by name."""
 
     def _reader(name: str):
-        key = "reward" if name == "mlgym_reward" else name.rpartition("/")[2]
+        key = result_key(name)
 
         async def read(state: vf.State) -> float:
-            if name == "mlgym_reward" and state.get("error") is not None:
+            if name == REWARD_METRIC and state.get("error") is not None:
                 return 0.0
             result = state.get(RESULT_KEY) or {}
             return float(result.get(key, 0.0))
@@ -167,7 +164,7 @@ def _build_rubric(task_names: list[str]) -> vf.Rubric:
         read.__name__ = name
         return read
 
-    rubric = vf.Rubric(funcs=[_reader("mlgym_reward")], weights=[1.0])
+    rubric = vf.Rubric(funcs=[_reader(REWARD_METRIC)], weights=[1.0])
     for name in metric_names(task_names):
         rubric.add_metric(_reader(name))
     return rubric

@@ -18,21 +18,16 @@ interaction: a failed trace with its cause, which prime-rl leaves out of trainin
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import Any
 
 import verifiers.v1 as vf
 from verifiers.v1.harnesses.null import NullHarnessConfig
 
 from air.env.core import EnvFault, MLGymCore, RolloutLabels
-from air.env.metrics import metric_names
+from air.env.metrics import REWARD_METRIC, metric_names, result_key
 from air.env.rollout import Rollout
 from air.env.settings import MLGymEnvSettings, parse_env_settings
 from air.sandbox.errors import SandboxImageMissing
-
-log = logging.getLogger(__name__)
-
-REWARD_NAME = "mlgym_reward"
 
 
 class MLGymTasksetConfig(vf.TasksetConfig, MLGymEnvSettings):
@@ -113,9 +108,9 @@ class MLGymV1Env(vf.Env[MLGymV1EnvConfig]):
         finally:
             result = self.core.close(rollout, cancelled=cancelled, error=error, stop="")
             if trace is not None and error is None and not cancelled:
-                trace.record_reward(REWARD_NAME, result["reward"], 1.0)
+                trace.record_reward(REWARD_METRIC, result[result_key(REWARD_METRIC)], 1.0)
                 for name in metric_names(list(self.core.tasks)):
-                    trace.record_metric(name, float(result.get(name.rpartition("/")[2], 0.0)))
+                    trace.record_metric(name, float(result[result_key(name)]))
                 trace.info["exit_status"] = rollout.exit_status
             labels = RolloutLabels(
                 example_id=task.data.idx,
