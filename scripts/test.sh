@@ -2,7 +2,8 @@
 # The test suite, in the two environments a checkout has (one generation of verifiers each; they conflict):
 #   .venv     verifiers 0.1.10 (the classic front)   uv run pytest
 #   .venv-v1  verifiers 0.4.0  (the v1 front)        tests/v1 and the architecture test
-# Arguments go to both pytest runs (-x, -k, a path). A run that selects no test in one environment is fine.
+# Options go to both pytest runs (-x, -k ...), a path to the run it belongs to. A run that selects no test
+# in one environment is fine.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -16,8 +17,24 @@ run() {
 echo "==> classic front (verifiers 0.1.10): uv run pytest $*"
 run uv run pytest "$@"
 classic=$?
-# tests/conftest.py collects only tests/v1 and the architecture test where verifiers is v1-only.
-echo "==> v1 front (verifiers 0.4.0, .venv-v1): pytest $*"
-UV_PROJECT_ENVIRONMENT=.venv-v1 run uv run --no-group classic --group v1 pytest "$@"
-v1=$?
+# tests/conftest.py collects only tests/v1 and the architecture test where verifiers is v1-only. Paths
+# named on the command line are collected whatever conftest says, so the v1 run keeps only its own (and
+# is skipped when every path named belongs to the classic suite).
+v1_args=() named=0 kept=0
+for arg in "$@"; do
+    if [[ $arg != -* && -e ${arg%%::*} ]]; then
+        named=1
+        [[ $arg == tests/v1* || $arg == tests/test_architecture.py* ]] || continue
+        kept=1
+    fi
+    v1_args+=("$arg")
+done
+v1=0
+if [[ $named == 1 && $kept == 0 ]]; then
+    echo "==> v1 front: no test of it named"
+else
+    echo "==> v1 front (verifiers 0.4.0, .venv-v1): pytest ${v1_args[*]}"
+    UV_PROJECT_ENVIRONMENT=.venv-v1 run uv run --no-group classic --group v1 pytest "${v1_args[@]}"
+    v1=$?
+fi
 [[ $classic == 0 && $v1 == 0 ]] || { echo "FAILED: classic suite exit $classic, v1 suite exit $v1" >&2; exit 1; }
