@@ -60,7 +60,8 @@ def _vf_eval(tmp_path: Path, base_url: str, *args: str) -> list[dict]:
     command = [
         str(VF_EVAL), TASKSET, "-m", "scripted", "--client.base-url", base_url,
         "--client.api-key-var", "AIR_TEST_KEY", "--no-push", "--no-rich", "-o", str(out),
-        "--env.taskset.trajectory-dir", str(tmp_path / "trajectories"), "--env.taskset.run-id", "pytest-v1", *args,
+        "--env.taskset.trajectory-dir", str(tmp_path / "trajectories"), "--env.taskset.run-id", _run_id(tmp_path),
+        *args,
     ]  # fmt: skip
     env = {**os.environ, "AIR_TEST_KEY": "x"}
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
@@ -70,9 +71,14 @@ def _vf_eval(tmp_path: Path, base_url: str, *args: str) -> list[dict]:
     return [json.loads(line) for line in traces[0].read_text().splitlines() if line.strip()]
 
 
-def _our_containers() -> list:
+def _run_id(tmp_path: Path) -> str:
+    """This test's own container label: a suite running beside this one must not count as a leftover."""
+    return f"pytest-v1-{os.getpid()}-{tmp_path.name}"
+
+
+def _our_containers(tmp_path: Path) -> list:
     client = docker.from_env()
-    return client.containers.list(all=True, filters={"label": "air.run=pytest-v1"}, ignore_removed=True)
+    return client.containers.list(all=True, filters={"label": f"air.run={_run_id(tmp_path)}"}, ignore_removed=True)
 
 
 @pytest.mark.docker
@@ -95,7 +101,7 @@ def test_vf_eval_scores_air_mlgym_rollouts(docker_image: str, tmp_path: Path) ->
         assert commands[-1].strip() == "submit" and len(commands) == trace["metrics"]["turns"]
         # the conversation the model saw is the one the env answered: one model message per turn
         assert sum(1 for node in trace["nodes"] if node.get("sampled")) == len(commands)
-    assert _our_containers() == []
+    assert _our_containers(tmp_path) == []
 
 
 @pytest.mark.docker
@@ -126,4 +132,4 @@ def test_a_fault_outside_the_agent_fails_the_trace_with_its_cause(docker_image: 
     errors = episode["errors"] + [e for trace in episode["traces"] for e in trace["errors"]]
     assert any(e["type"] == "SandboxError" and "air-test/no-such-image:0" in e["message"] for e in errors), errors
     assert all(not trace["rewards"] for trace in episode["traces"]), "a failed trace carries no reward"
-    assert _our_containers() == []
+    assert _our_containers(tmp_path) == []
