@@ -8,39 +8,52 @@ from pathlib import Path
 
 from air.rehearsal.errors import RehearsalError
 from air.training.config_files import PRIME_RL_COMMIT
+from air.training.config_v1 import V1_COMMIT
 from air.training.prime_rl import find_prime_rl
 
-INSTALL = "bash scripts/install_prime_rl.sh --orchestrator-only [DIR]"
+INSTALLS = {
+    "classic": "bash scripts/install_prime_rl.sh --orchestrator-only [DIR]",
+    "v1": f"bash scripts/install_prime_rl.sh --orchestrator-only --commit {V1_COMMIT} [DIR]",
+}
 VENVS = (".venv-orchestrator", ".venv")  # the CPU install's, else a full install's
 
 
-def find_orchestrator_python(explicit: str | None) -> tuple[Path, Path]:
-    """(the Python that runs prime-rl's orchestrator, the checkout); RehearsalError naming what is wrong."""
-
+def find_orchestrator_python(explicit: str | None, generation: str = "classic") -> tuple[Path, Path]:
+    """(the Python that runs prime-rl's orchestrator, the checkout) for a config of ``generation``
+    (classic: the pinned c87c19b; v1: today's prime-rl, any commit with env servers); RehearsalError
+    naming what is wrong."""
+    hint = INSTALLS[generation]
     install = find_prime_rl(explicit)
     if install is None:
-        raise RehearsalError(f"prime-rl not found (--prime-rl, $PRIME_RL_DIR, ~/prime-rl); install it: {INSTALL}")
+        raise RehearsalError(f"prime-rl not found (--prime-rl, $PRIME_RL_DIR, ~/prime-rl); install it: {hint}")
     if not (install.root / "src" / "prime_rl").is_dir():
-        raise RehearsalError(f"{install.root} ({install.source}) is not a prime-rl checkout; install it: {INSTALL}")
+        raise RehearsalError(f"{install.root} ({install.source}) is not a prime-rl checkout; install it: {hint}")
     commit = install.commit()
-    if commit is None or not commit.startswith(PRIME_RL_COMMIT):
-        at = commit[:12] if commit else "no git commit"
+    if generation == "v1" and install.generation() != "v1":
         raise RehearsalError(
-            f"prime-rl in {install.root} is at {at}, not the pinned {PRIME_RL_COMMIT}; "
-            f"run {INSTALL.replace('[DIR]', str(install.root))} to check it out"
+            f"the config is written for today's prime-rl (verifiers v1), but prime-rl in {install.root} is the "
+            f"classic generation ({commit[:12] if commit else 'no git commit'}); "
+            f"run {hint.replace('[DIR]', '<another dir>')}, or rehearse the twin config in configs/mlgym/"
+        )
+    if generation == "classic" and (commit is None or not commit.startswith(PRIME_RL_COMMIT)):
+        at = commit[:12] if commit else "no git commit"
+        newer = " (today's prime-rl: rehearse a config from configs/mlgym-v1/)" if install.generation() == "v1" else ""
+        raise RehearsalError(
+            f"prime-rl in {install.root} is at {at}, not the pinned {PRIME_RL_COMMIT}{newer}; "
+            f"run {hint.replace('[DIR]', str(install.root))} to check it out"
         )
     for venv in VENVS:
         python = install.root / venv / "bin" / "python"
         if python.exists():
             break
     else:
-        raise RehearsalError(f"{install.root} has no venv with prime-rl's orchestrator; run {INSTALL}")
+        raise RehearsalError(f"{install.root} has no venv with prime-rl's orchestrator; run {hint}")
     probe = subprocess.run(
         [str(python), "-c", "import prime_rl.orchestrator.orchestrator"], capture_output=True, text=True, timeout=120
     )
     if probe.returncode != 0:
         last = (probe.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise RehearsalError(f"{python} cannot import prime-rl's orchestrator ({last}); run {INSTALL}")
+        raise RehearsalError(f"{python} cannot import prime-rl's orchestrator ({last}); run {hint}")
     return python, install.root
 
 

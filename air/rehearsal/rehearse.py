@@ -21,16 +21,29 @@ import subprocess
 import time
 import tomllib
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import air
 from air.rehearsal.batches import BatchFigures, BatchFormatError, figures, read_batch
 from air.rehearsal.checks import check_docker, check_envs_load, find_orchestrator_python
 from air.rehearsal.errors import RehearsalError
-from air.training.process_control import live_processes, stop_processes
-from air.training.process_records import ProcessRecord, forget, record_launch, save
+from air.rehearsal.launch import (
+    commit_of,
+    count_lines,
+    entry_env,
+    mean_of,
+    new_output_folder,
+    read,
+    reap_containers,
+    run_entry,
+    stop_tree,
+    tail,
+    tiny_model,
+)
+from air.rehearsal.report import RehearsalReport
+from air.training.config_v1 import detect_generation
+from air.training.process_records import record_launch
 
 DROPPED = ("wandb", "prime_monitor", "ckpt", "eval", "heartbeat")
 ENV_DROPPED = ("env_gpu",)  # task containers run without GPUs here; the data path is the same
@@ -50,66 +63,6 @@ class RehearsalSettings:
 
 
 @dataclass
-class RehearsalReport:
-    config: str
-    output_dir: str
-    steps_requested: int
-    steps_completed: int
-    rollouts: int
-    masked: int
-    samples: int
-    reward_mean: float
-    advantage_nonzero_share: float
-    zero_advantage_groups: int
-    loss_mask_ok: bool
-    samples_per_rollout: float
-    seconds_per_step: float
-    trajectory_strategy: str
-    groups: int
-    masked_samples: int
-    advantages_match_rewards: bool
-    rollouts_without_samples: int
-    loss_tokens: int
-    weight_updates: int
-    trainer_errors: list[str] = field(default_factory=list)
-    loss_mask_problems: list[str] = field(default_factory=list)
-    env_metrics: dict[str, float] = field(default_factory=dict)
-    orchestrator_metrics: dict[str, float] = field(default_factory=dict)
-    dropped: list[str] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "problems": self.problems(), "warnings": self.warnings()}
-
-    def problems(self) -> list[str]:
-        """What would make the GPU run useless: nothing reaches the trainer, or nothing it could learn."""
-        found = []
-        if self.samples == 0:
-            found.append("no sample reached the trainer")
-        elif self.advantage_nonzero_share == 0:
-            found.append("every advantage is 0: the loss would stay 0.0 (rewards equal within every group)")
-        if self.rollouts and self.masked == self.rollouts:
-            found.append("every rollout was masked (each one errored)")
-        if not self.loss_mask_ok:
-            found.append("the loss mask covers tokens it must not: " + "; ".join(self.loss_mask_problems[:3]))
-        if not self.advantages_match_rewards:
-            found.append("advantages do not equal reward minus the group mean")
-        return found + [f"the trainer would fail: {error}" for error in self.trainer_errors]
-
-    def warnings(self) -> list[str]:
-        found = []
-        if self.masked:
-            found.append(f"{self.masked} of {self.rollouts} rollouts masked (errored): see their trajectories")
-        if self.rollouts_without_samples:
-            found.append(
-                f"{self.rollouts_without_samples} rollouts failed before their first model turn (no sample; "
-                "prime-rl still counts their reward in their group's mean): see the trajectories' errors"
-            )
-        if self.zero_advantage_groups:
-            found.append(f"{self.zero_advantage_groups} of {self.groups} groups teach nothing (equal rewards)")
-        return found
-
-
-@dataclass
 class PlannedConfig:
     path: Path
     strategy: str
@@ -125,15 +78,19 @@ class PlannedConfig:
         return sorted({str(env.get("args", {}).get("image") or "") for env in self.envs})
 
 
-def plan_config(path: Path) -> PlannedConfig:
-    """Read the combined config for what the rehearsal must know or cannot honour (prime-rl's own
-    validation comes later, in its venv)."""
+def read_config(path: Path) -> dict[str, Any]:
     try:
-        raw = tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text())
     except OSError as exc:
         raise RehearsalError(f"cannot read {path}: {exc.strerror}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise RehearsalError(f"{path} is not valid TOML: {exc}") from exc
+
+
+def plan_config(path: Path, raw: dict[str, Any] | None = None) -> PlannedConfig:
+    """Read the combined config for what the rehearsal must know or cannot honour (prime-rl's own
+    validation comes later, in its venv)."""
+    raw = read_config(path) if raw is None else raw
     orchestrator = raw.get("orchestrator", {})
     if orchestrator.get("teacher_model") or raw.get("teacher_model"):
         raise RehearsalError(f"{path}: a teacher model needs a second inference server; the rehearsal has none")
@@ -167,26 +124,29 @@ def plan_config(path: Path) -> PlannedConfig:
 
 
 def rehearse(settings: RehearsalSettings, progress: Callable[[str, int, int], None] | None = None) -> RehearsalReport:
-    """Run the rehearsal; ``progress(what, done, total)`` hears about set-up stages and finished steps."""
-    from air.agents.server import PolicyServer
-    from air.agents.tiny_model import TinyModelError, write_tiny_model
-
+    """Run the rehearsal; ``progress(what, done, total)`` hears about set-up stages and finished steps.
+    The config's generation picks the path: prime-rl c87c19b (classic) or today's (v1, env servers)."""
     say = progress or (lambda what, done, total: None)
-    plan = plan_config(settings.config.resolve())
-    python, _ = find_orchestrator_python(settings.prime_rl)
+    path = settings.config.resolve()
+    raw = read_config(path)
+    if detect_generation(raw) == "v1":
+        from air.rehearsal.v1 import rehearse_v1
+
+        return rehearse_v1(settings, path, raw, say)
+    return rehearse_classic(settings, path, raw, say)
+
+
+def rehearse_classic(settings: RehearsalSettings, path: Path, raw: dict[str, Any], say) -> RehearsalReport:
+    from air.agents.server import PolicyServer
+
+    plan = plan_config(path, raw)
+    python, root = find_orchestrator_python(settings.prime_rl, "classic")
     check_docker(plan.env_images)
     check_envs_load(plan.envs, ENV_DROPPED)
-    out = (settings.output or Path("outputs/rehearse") / time.strftime("%Y%m%d-%H%M%S")).resolve()
-    if out.exists() and any(out.iterdir()):
-        raise RehearsalError(f"{out} is not empty: name a new --output folder")
+    out = new_output_folder(settings.output)
     run_dir = out / "run_default"
     run_dir.mkdir(parents=True)
-    say("tiny model", 0, 1)
-    try:
-        model_dir = write_tiny_model(settings.model_dir or default_model_dir())
-    except TinyModelError as exc:
-        raise RehearsalError(str(exc)) from exc
-    say("tiny model", 1, 1)
+    model_dir = tiny_model(settings.model_dir, say)
     with PolicyServer(
         settings.policy, vllm_model=model_dir, max_model_len=plan.max_model_len, seed=settings.seed
     ) as server:
@@ -204,32 +164,16 @@ def rehearse(settings: RehearsalSettings, progress: Callable[[str, int, int], No
         run_orchestrator(python, orch_toml, out, settings, say)
         elapsed = time.time() - started
         weight_updates = len(server.app.vllm.weight_updates)
-    return build_report(plan, settings, out, model_dir, elapsed, weight_updates)
-
-
-def default_model_dir() -> Path:
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "air" / "tiny-model"
-
-
-def entry_env() -> dict[str, str]:
-    """The environment of prime-rl's processes: offline, this checkout's ``air`` first on the path."""
-    project = str(Path(air.__file__).resolve().parent.parent)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    env["PYTHONPATH"] = os.pathsep.join([project, *filter(None, [os.environ.get("PYTHONPATH")])])
-    env["OPENAI_API_KEY"] = "rehearsal"  # the scripted server takes any key; prime-rl sends this one
-    env["WANDB_MODE"] = "disabled"
-    return env
+    report = build_report(plan, settings, out, model_dir, elapsed, weight_updates)
+    report.prime_rl_commit = commit_of(root)
+    return report
 
 
 def derive_config(python: Path, config: Path, overrides: dict[str, Any], out: Path) -> Path:
     overrides_file, orch_toml = out / "overrides.json", out / "orchestrator.toml"
     overrides_file.write_text(json.dumps(overrides, indent=2))
-    command = [str(python), "-m", ENTRY, "derive", str(config), str(overrides_file), str(orch_toml)]
-    done = subprocess.run(command, env=entry_env(), capture_output=True, text=True, timeout=300, cwd=out)
-    if done.returncode != 0:
-        tail = "\n".join(done.stderr.strip().splitlines()[-8:])
-        raise RehearsalError(f"prime-rl could not turn {config} into an orchestrator config:\n{tail}")
+    command = ["-m", ENTRY, "derive", str(config), str(overrides_file), str(orch_toml)]
+    run_entry(python, command, out, f"prime-rl could not turn {config} into an orchestrator config")
     return orch_toml
 
 
@@ -245,43 +189,22 @@ def run_orchestrator(python: Path, orch_toml: Path, out: Path, settings: Rehears
         record = record_launch(process.pid, "rehearsal", command, out, config=str(settings.config))
         try:
             while process.poll() is None:
-                say("steps", _lines(trainer_log), settings.steps)
+                say("steps", count_lines(trainer_log), settings.steps)
                 if time.monotonic() > deadline:
                     raise RehearsalError(
                         f"the orchestrator did not finish {settings.steps} steps in {settings.timeout_s:.0f} s; "
-                        f"its log: {log_path}\n{_tail(log_path)}"
+                        f"its log: {log_path}\n{tail(log_path)}"
                     )
                 time.sleep(1.0)
         finally:
             stop_tree(process, record)
             reap_containers()
-    say("steps", _lines(trainer_log), settings.steps)
-    if process.returncode != 0 or _lines(trainer_log) < settings.steps:
+    say("steps", count_lines(trainer_log), settings.steps)
+    if process.returncode != 0 or count_lines(trainer_log) < settings.steps:
         raise RehearsalError(
             f"prime-rl's orchestrator exited with status {process.returncode} after "
-            f"{_lines(trainer_log)} of {settings.steps} steps; its log: {log_path}\n{_tail(log_path)}"
+            f"{count_lines(trainer_log)} of {settings.steps} steps; its log: {log_path}\n{tail(log_path)}"
         )
-
-
-def stop_tree(process: subprocess.Popen, record: ProcessRecord) -> None:
-    """The orchestrator and its env workers share a session; workers outlive a crashed orchestrator.
-    Stopped with `air train`'s mechanism: SIGTERM (they remove their containers), then SIGKILL."""
-    stop_processes(live_processes(record), grace=10.0)
-    process.wait()
-    if live_processes(record):
-        save(record)  # still alive: stays recorded for `air clean`
-    else:
-        forget(record)
-
-
-def reap_containers() -> None:
-    from air.sandbox.errors import SandboxError
-    from air.sandbox.pool import reap_orphans
-
-    try:
-        reap_orphans()
-    except SandboxError:
-        pass
 
 
 def build_report(
@@ -306,7 +229,7 @@ def build_report(
     special = {tokenizer.convert_tokens_to_ids(token) for token in ("<|im_start|>", "<|endoftext|>")}
     batch: BatchFigures = figures(batches, plan.strategy, plan.group_size, special, plan.batch_size)
     trainer = [json.loads(line) for line in (out / "trainer.jsonl").read_text().splitlines() if line.strip()]
-    logged = [json.loads(line) for line in _read(out / "metrics.jsonl").splitlines() if line.strip()]
+    logged = [json.loads(line) for line in read(out / "metrics.jsonl").splitlines() if line.strip()]
     step_logs = [entry for entry in logged if "reward/mean" in entry or "progress/samples" in entry]
     return RehearsalReport(
         config=str(plan.path),
@@ -331,8 +254,8 @@ def build_report(
         weight_updates=weight_updates,
         trainer_errors=[f"step {t['step']}: {t['error']}" for t in trainer if "error" in t],
         loss_mask_problems=batch.loss_mask_problems,
-        env_metrics=_mean_of(step_logs, lambda key: key.startswith("metrics/")),
-        orchestrator_metrics=_mean_of(step_logs, lambda key: key in ORCHESTRATOR_KEYS),
+        env_metrics=mean_of(step_logs, lambda key: key.startswith("metrics/")),
+        orchestrator_metrics=mean_of(step_logs, lambda key: key in ORCHESTRATOR_KEYS),
         dropped=plan.dropped,
     )
 
@@ -347,30 +270,6 @@ ORCHESTRATOR_KEYS = (
     "batch/solve_all",
     "time/step",
 )
-
-
-def _mean_of(entries: list[dict[str, Any]], wanted: Callable[[str], bool]) -> dict[str, float]:
-    sums: dict[str, list[float]] = {}
-    for entry in entries:
-        for key, value in entry.items():
-            if wanted(key) and isinstance(value, int | float) and not isinstance(value, bool):
-                sums.setdefault(key, []).append(float(value))
-    return {key: sum(values) / len(values) for key, values in sorted(sums.items())}
-
-
-def _lines(path: Path) -> int:
-    return sum(1 for line in _read(path).splitlines() if line.strip())
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text()
-    except OSError:
-        return ""
-
-
-def _tail(path: Path, lines: int = 25) -> str:
-    return "\n".join(_read(path).splitlines()[-lines:])
 
 
 __all__ = ["RehearsalError", "RehearsalReport", "RehearsalSettings", "plan_config", "rehearse"]

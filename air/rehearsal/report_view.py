@@ -7,7 +7,7 @@ import json
 from rich.console import Console
 from rich.table import Table
 
-from air.rehearsal.rehearse import RehearsalReport
+from air.rehearsal.report import RehearsalReport
 
 HEADLINE = (
     ("steps_completed", "steps completed"),

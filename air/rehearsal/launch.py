@@ -1,0 +1,140 @@
+"""What both rehearsals share: the output folder, the tiny model, starting prime-rl's processes in its
+venv (recorded like ``air train``'s, so ``air clean`` can stop them if the rehearsal dies) and stopping
+them with every container they left."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import air
+from air.rehearsal.errors import RehearsalError
+from air.training.process_control import live_processes, stop_processes
+from air.training.process_records import ProcessRecord, forget, record_launch, save
+
+
+def new_output_folder(explicit: Path | None) -> Path:
+    out = (explicit or Path("outputs/rehearse") / time.strftime("%Y%m%d-%H%M%S")).resolve()
+    if out.exists() and any(out.iterdir()):
+        raise RehearsalError(f"{out} is not empty: name a new --output folder")
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def default_model_dir() -> Path:
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "air" / "tiny-model"
+
+
+def tiny_model(explicit: Path | None, say: Callable[[str, int, int], None]) -> Path:
+    from air.agents.tiny_model import TinyModelError, write_tiny_model
+
+    say("tiny model", 0, 1)
+    try:
+        model_dir = write_tiny_model(explicit or default_model_dir())
+    except TinyModelError as exc:
+        raise RehearsalError(str(exc)) from exc
+    say("tiny model", 1, 1)
+    return model_dir
+
+
+def entry_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of prime-rl's processes: offline, this checkout's ``air`` first on the path."""
+    project = str(Path(air.__file__).resolve().parent.parent)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env["PYTHONPATH"] = os.pathsep.join([project, *filter(None, [os.environ.get("PYTHONPATH")])])
+    env["OPENAI_API_KEY"] = "rehearsal"  # the scripted server takes any key; prime-rl sends this one
+    env["VLLM_API_KEY"] = "rehearsal"
+    env["WANDB_MODE"] = "disabled"
+    return {**env, **(extra or {})}
+
+
+def run_entry(python: Path, command: list[str], out: Path, what: str, timeout: float = 300) -> None:
+    """A short step in prime-rl's venv (deriving configs); its stderr's tail names what went wrong."""
+    done = subprocess.run(
+        [str(python), *command], env=entry_env(), capture_output=True, text=True, timeout=timeout, cwd=out
+    )
+    if done.returncode != 0:
+        tail = "\n".join(done.stderr.strip().splitlines()[-12:])
+        raise RehearsalError(f"{what}:\n{tail}")
+
+
+class Launched:
+    """One process of prime-rl's started in its own session, its output in ``log``."""
+
+    def __init__(self, name: str, command: list[str], cwd: Path, log: Path, config: Path, env: dict[str, str]) -> None:
+        self.name, self.command, self.log = name, command, log
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("wb") as sink:
+            self.process = subprocess.Popen(
+                command, cwd=cwd, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        self.record: ProcessRecord = record_launch(self.process.pid, "rehearsal", command, cwd, config=str(config))
+
+    def exited(self) -> int | None:
+        return self.process.poll()
+
+    def tail(self, lines: int = 25) -> str:
+        return tail(self.log, lines)
+
+    def stop(self, grace: float = 15.0) -> None:
+        """SIGTERM to its whole session (env servers remove their containers), then SIGKILL."""
+        stop_processes(live_processes(self.record), grace=grace)
+        self.process.wait()
+        if live_processes(self.record):
+            save(self.record)  # still alive: stays recorded for `air clean`
+        else:
+            forget(self.record)
+
+
+def stop_tree(process: subprocess.Popen, record: ProcessRecord) -> None:
+    stop_processes(live_processes(record), grace=10.0)
+    process.wait()
+    if live_processes(record):
+        save(record)
+    else:
+        forget(record)
+
+
+def reap_containers() -> None:
+    from air.sandbox.errors import SandboxError
+    from air.sandbox.pool import reap_orphans
+
+    try:
+        reap_orphans()
+    except SandboxError:
+        pass
+
+
+def commit_of(root: Path) -> str:
+    from air.training.prime_rl import PrimeRlInstall
+
+    return (PrimeRlInstall(root=root, source="--prime-rl").commit() or "")[:12]
+
+
+def mean_of(entries: list[dict[str, Any]], wanted: Callable[[str], bool]) -> dict[str, float]:
+    sums: dict[str, list[float]] = {}
+    for entry in entries:
+        for key, value in entry.items():
+            if wanted(key) and isinstance(value, int | float) and not isinstance(value, bool):
+                sums.setdefault(key, []).append(float(value))
+    return {key: sum(values) / len(values) for key, values in sorted(sums.items())}
+
+
+def count_lines(path: Path) -> int:
+    return sum(1 for line in read(path).splitlines() if line.strip())
+
+
+def read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def tail(path: Path, lines: int = 25) -> str:
+    return "\n".join(read(path).splitlines()[-lines:])

@@ -1,0 +1,70 @@
+"""The rehearsal's findings: one report for either prime-rl generation, with the same keys."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class RehearsalReport:
+    config: str
+    output_dir: str
+    steps_requested: int
+    steps_completed: int
+    rollouts: int
+    masked: int
+    samples: int
+    reward_mean: float
+    advantage_nonzero_share: float
+    zero_advantage_groups: int
+    loss_mask_ok: bool
+    samples_per_rollout: float
+    seconds_per_step: float
+    trajectory_strategy: str
+    groups: int
+    masked_samples: int
+    advantages_match_rewards: bool
+    rollouts_without_samples: int
+    loss_tokens: int
+    weight_updates: int
+    trainer_errors: list[str] = field(default_factory=list)
+    loss_mask_problems: list[str] = field(default_factory=list)
+    env_metrics: dict[str, float] = field(default_factory=dict)
+    orchestrator_metrics: dict[str, float] = field(default_factory=dict)
+    dropped: list[str] = field(default_factory=list)
+    generation: str = "classic"  # prime-rl c87c19b ("classic") or today's ("v1")
+    prime_rl_commit: str = ""
+    env_servers: list[dict[str, Any]] = field(default_factory=list)  # v1: per source, where and how many
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "problems": self.problems(), "warnings": self.warnings()}
+
+    def problems(self) -> list[str]:
+        """What would make the GPU run useless: nothing reaches the trainer, or nothing it could learn."""
+        found = []
+        if self.samples == 0:
+            found.append("no sample reached the trainer")
+        elif self.advantage_nonzero_share == 0:
+            found.append("every advantage is 0: the loss would stay 0.0 (rewards equal within every group)")
+        if self.rollouts and self.masked == self.rollouts:
+            found.append("every rollout was masked (each one errored)")
+        if not self.loss_mask_ok:
+            found.append("the loss mask covers tokens it must not: " + "; ".join(self.loss_mask_problems[:3]))
+        if not self.advantages_match_rewards:
+            found.append("advantages do not equal reward minus the group mean")
+        return found + [f"the trainer would fail: {error}" for error in self.trainer_errors]
+
+    def warnings(self) -> list[str]:
+        found = []
+        if self.masked:
+            found.append(f"{self.masked} of {self.rollouts} rollouts masked (errored): see their trajectories")
+        if self.rollouts_without_samples:
+            counted = "still counts" if self.generation == "classic" else "leaves out"
+            found.append(
+                f"{self.rollouts_without_samples} rollouts failed before their first model turn (no sample; "
+                f"prime-rl {counted} their reward in their group's mean): see the trajectories' errors"
+            )
+        if self.zero_advantage_groups:
+            found.append(f"{self.zero_advantage_groups} of {self.groups} groups teach nothing (equal rewards)")
+        return found

@@ -1,0 +1,251 @@
+"""``air rehearse`` for today's prime-rl (verifiers v1): its orchestrator and its env servers.
+
+What ``uv run rl`` would do on a GPU node, minus vLLM and the trainer: prime-rl's ``RLConfig`` and
+``write_subconfigs`` derive the orchestrator's config and one env-server config per source
+(:mod:`.v1_entry`), then prime-rl's own entry points run as separate processes, as ``rl`` starts them:
+an env server per source (``prime_rl.entrypoints.env_server``, air_mlgym's v1 front inside, real
+containers) and the orchestrator (``prime_rl.entrypoints.orchestrator``), against
+:class:`air.agents.server.PolicyServer` serving the tiny model through vLLM's token-in, token-out route.
+A stand-in trainer process publishes the weights the orchestrator waits for and reads each batch with
+the trainer's own receiver. A source with ``serve.address`` gets no server from the rehearsal: one
+started separately (another node, its own Docker engine) answers there. Then the batches are checked
+against the episodes (:mod:`.v1_batches`). See :mod:`.v1_plan` for what differs from the config.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from air.rehearsal.batches import BatchFormatError
+from air.rehearsal.checks import check_docker, find_orchestrator_python
+from air.rehearsal.errors import RehearsalError
+from air.rehearsal.launch import (
+    Launched,
+    commit_of,
+    count_lines,
+    entry_env,
+    mean_of,
+    new_output_folder,
+    read,
+    reap_containers,
+    run_entry,
+    tiny_model,
+)
+from air.rehearsal.report import RehearsalReport
+from air.rehearsal.v1_batches import V1Figures, read_micro_batches, read_traces, v1_figures
+from air.rehearsal.v1_plan import (
+    V1Plan,
+    check_external_servers,
+    check_tasksets_load,
+    free_port_block,
+    managed_sources,
+    plan_v1,
+    rehearsal_config,
+)
+
+ENTRY = "air.rehearsal.v1_entry"
+ENV_SERVER = "prime_rl.entrypoints.env_server"
+ORCHESTRATOR = "prime_rl.entrypoints.orchestrator"
+# The file monitor's aggregate over every source and episode of a step; a seat's keys carry its name
+# (air_mlgym's is ``player``).
+AGGREGATE = "train/agg/all/"
+ORCHESTRATOR_KEYS = ("has_error/mean", "num_turns/mean", "num_total_tokens/mean", "num_branches/mean")
+SEAT_KEYS = ("reward/mean", "is_truncated/mean", "is_completed/mean")
+
+
+def orchestrator_key(key: str) -> bool:
+    if not key.startswith(AGGREGATE):
+        return False
+    rest = key[len(AGGREGATE) :]
+    return rest in ORCHESTRATOR_KEYS or rest.partition("/")[2] in SEAT_KEYS
+
+
+def env_metric_key(key: str) -> bool:
+    parts = key.split("/")
+    return key.startswith(AGGREGATE) and len(parts) > 5 and parts[4] == "metrics" and parts[-1] == "mean"
+
+
+def rehearse_v1(settings, path: Path, raw: dict[str, Any], say: Callable[[str, int, int], None]) -> RehearsalReport:
+    from air.agents.server import PolicyServer
+
+    plan = plan_v1(path, raw)
+    python, root = find_orchestrator_python(settings.prime_rl, "v1")
+    if managed_sources(plan):
+        check_docker(plan.env_images)
+    check_tasksets_load(plan)
+    check_external_servers(plan)
+    out = new_output_folder(settings.output)
+    model_dir = tiny_model(settings.model_dir, say)
+    with PolicyServer(settings.policy, vllm_model=model_dir, max_model_len=plan.seq_len, seed=settings.seed) as server:
+        config = rehearsal_config(
+            plan,
+            steps=settings.steps,
+            model_dir=model_dir,
+            base_url=server.base_url,
+            out=out,
+            base_port=free_port_block(len(plan.sources)),
+            env_args={"trajectory_dir": str(out / "trajectories"), "run_id": f"rehearse-{os.getpid()}"},
+        )
+        (out / "rehearsal.json").write_text(json.dumps(config, indent=2))
+        configs = out / "configs"
+        run_entry(
+            python,
+            ["-m", ENTRY, "derive", str(out / "rehearsal.json"), str(configs)],
+            out,
+            f"prime-rl could not load {path} (as changed for the rehearsal: {out / 'rehearsal.json'})",
+        )
+        orchestrator_config = json.loads((configs / "orchestrator.json").read_text())
+        started = time.time()
+        servers = run_processes(python, plan, configs, orchestrator_config, out, settings, say)
+        elapsed = time.time() - started
+        weight_updates = len(server.app.vllm.weight_updates)
+    report = build_v1_report(plan, settings, out, model_dir, elapsed, weight_updates, orchestrator_config, servers)
+    report.prime_rl_commit = commit_of(root)
+    return report
+
+
+def run_processes(
+    python: Path, plan: V1Plan, configs: Path, orchestrator_config: dict, out: Path, settings, say
+) -> list[dict[str, Any]]:
+    """Env servers, the stand-in trainer and the orchestrator, until the orchestrator finishes its
+    steps; every one is stopped (and every container reaped) whatever happens."""
+    run_dir = Path(orchestrator_config["output_dir"])
+    ranks = int(orchestrator_config.get("num_train_workers") or 1)
+    trainer_log = out / "trainer.jsonl"
+    env = entry_env()
+    launched: list[Launched] = []
+    servers: list[dict[str, Any]] = []
+    addresses = server_addresses(plan, configs)
+    try:
+        for source in plan.sources:
+            servers.append({"source": source.name, "address": addresses.get(source.name, source.address)})
+            if source.external:
+                servers[-1]["started_by"] = "separately (serve.address)"
+                continue
+            servers[-1]["started_by"] = "the rehearsal"
+            server_config = configs / "envs" / "train" / f"{source.name}.json"
+            command = [str(python), "-m", ENV_SERVER, "@", str(server_config)]
+            log = out / "logs" / "env-servers" / f"{source.name}.log"
+            launched.append(Launched(f"env server {source.name!r}", command, out, log, plan.path, env))
+        trainer_command = [str(python), "-m", ENTRY, "trainer", str(run_dir), str(settings.steps), str(ranks)]
+        trainer_command.append(str(trainer_log))
+        launched.append(
+            Launched("stand-in trainer", trainer_command, out, out / "logs" / "trainer.log", plan.path, env)
+        )
+        orchestrator_command = [str(python), "-m", ORCHESTRATOR, "@", str(configs / "orchestrator.json")]
+        orchestrator = Launched(
+            "orchestrator", orchestrator_command, out, out / "logs" / "orchestrator.log", plan.path, env
+        )
+        launched.append(orchestrator)
+        wait_for_steps(orchestrator, launched, trainer_log, settings, say)
+    finally:
+        for process in reversed(launched):
+            process.stop()
+        reap_containers()
+    return servers
+
+
+def wait_for_steps(orchestrator: Launched, launched: list[Launched], trainer_log: Path, settings, say) -> None:
+    deadline = time.monotonic() + settings.timeout_s
+    while orchestrator.exited() is None:
+        say("steps", count_lines(trainer_log), settings.steps)
+        for process in launched:
+            if process is not orchestrator and process.exited() not in (None, 0):
+                raise RehearsalError(
+                    f"{process.name} exited with status {process.exited()}; its log: {process.log}\n{process.tail()}"
+                )
+        if time.monotonic() > deadline:
+            raise RehearsalError(
+                f"the orchestrator did not finish {settings.steps} steps in {settings.timeout_s:.0f} s; "
+                f"its log: {orchestrator.log}\n{orchestrator.tail()}"
+            )
+        time.sleep(1.0)
+    say("steps", count_lines(trainer_log), settings.steps)
+    if orchestrator.exited() != 0 or count_lines(trainer_log) < settings.steps:
+        raise RehearsalError(
+            f"prime-rl's orchestrator exited with status {orchestrator.exited()} after "
+            f"{count_lines(trainer_log)} of {settings.steps} steps; its log: {orchestrator.log}\n{orchestrator.tail()}"
+        )
+
+
+def server_addresses(plan: V1Plan, configs: Path) -> dict[str, str]:
+    """Where each of the rehearsal's env servers binds, as prime-rl's launcher derived it."""
+    found = {}
+    for source in managed_sources(plan):
+        path = configs / "envs" / "train" / f"{source.name}.json"
+        try:
+            found[source.name] = json.loads(path.read_text())["serve"]["address"]
+        except (OSError, ValueError, KeyError) as exc:
+            raise RehearsalError(f"prime-rl wrote no env-server config for source {source.name!r} ({path})") from exc
+    return found
+
+
+def build_v1_report(
+    plan: V1Plan,
+    settings,
+    out: Path,
+    model_dir: Path,
+    elapsed: float,
+    weight_updates: int,
+    orchestrator_config: dict,
+    servers: list[dict[str, Any]],
+) -> RehearsalReport:
+    from transformers import AutoTokenizer
+
+    run_dir = Path(orchestrator_config["output_dir"])
+    ranks = int(orchestrator_config.get("num_train_workers") or 1)
+    samples, traces = [], []
+    for step in range(1, settings.steps + 1):
+        step_dir = run_dir / "rollouts" / f"step_{step}"
+        try:
+            for rank in range(ranks):
+                samples += read_micro_batches(step_dir / f"rank_{rank}.bin", step)
+            traces += read_traces(step_dir / "train" / "all" / "traces.jsonl", step)
+        except (OSError, BatchFormatError) as exc:
+            raise RehearsalError(f"cannot read the batch of step {step}: {exc}") from exc
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    special = {tokenizer.convert_tokens_to_ids(token) for token in ("<|im_start|>", "<|endoftext|>")}
+    algo = (plan.raw.get("orchestrator") or {}).get("algo") or {}
+    grpo = algo.get("type", "grpo") == "grpo" and not algo.get("length_penalty")
+    batch: V1Figures = v1_figures(samples, traces, special, check_advantages=grpo)
+    trainer = [json.loads(line) for line in read(out / "trainer.jsonl").splitlines() if line.strip()]
+    logged = [json.loads(line) for line in read(run_dir / "metrics.jsonl").splitlines() if line.strip()]
+    return RehearsalReport(
+        config=str(plan.path),
+        output_dir=str(out),
+        steps_requested=settings.steps,
+        steps_completed=batch.steps,
+        rollouts=batch.rollouts,
+        masked=batch.masked,
+        samples=batch.samples,
+        reward_mean=batch.reward_mean,
+        advantage_nonzero_share=batch.advantage_nonzero_share,
+        zero_advantage_groups=batch.zero_advantage_groups,
+        loss_mask_ok=batch.loss_mask_ok,
+        samples_per_rollout=batch.samples_per_rollout,
+        seconds_per_step=elapsed / max(batch.steps, 1),
+        trajectory_strategy="branches (v1 traces)",
+        groups=batch.groups,
+        masked_samples=batch.masked_samples,
+        advantages_match_rewards=batch.advantages_match_rewards,
+        rollouts_without_samples=batch.rollouts_without_samples,
+        loss_tokens=batch.loss_tokens,
+        weight_updates=weight_updates,
+        trainer_errors=[f"step {t['step']}: {t['error']}" for t in trainer if "error" in t],
+        loss_mask_problems=batch.loss_mask_problems,
+        env_metrics=mean_of(logged, env_metric_key),
+        orchestrator_metrics=mean_of(logged, orchestrator_key),
+        dropped=plan.dropped,
+        generation="v1",
+        env_servers=[
+            {**server, "rollouts": 0, "samples": 0, **batch.by_source.get(server["source"], {})} for server in servers
+        ],
+    )
+
+
+__all__ = ["rehearse_v1"]
