@@ -21,6 +21,14 @@ def register_rehearse(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--output", type=Path, help="folder for its outputs (default: outputs/rehearse/<time>)")
     parser.add_argument("--model", type=Path, help="tiny model folder (default: ~/.cache/air/tiny-model)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds before giving up (default: 1800)")
+    parser.add_argument(
+        "--external-env-server",
+        action="append",
+        default=[],
+        metavar="SOURCE=tcp://HOST:PORT",
+        help="today's prime-rl: this source's env server was started separately (as on another node); "
+        "the rehearsal starts none for it and the orchestrator connects there (repeatable)",
+    )
     parser.add_argument("--json", action="store_true", help="also print the figures as one JSON object, last line")
     parser.set_defaults(func=cmd_rehearse)
 
@@ -31,7 +39,9 @@ def cmd_rehearse(args: argparse.Namespace) -> int:
     with a tiny local model's token ids and logprobs, and a stand-in trainer that only publishes what the
     orchestrator waits for. Then reads what the orchestrator handed the trainer and reports samples,
     rewards, advantages and the loss mask. Exit status 1 when the run could not teach a model anything.
-    Needs: bash scripts/install_prime_rl.sh --orchestrator-only, Docker and the sandbox image."""
+    A config for today's prime-rl (configs/mlgym-v1/) runs its env servers too, one per source, unless
+    --external-env-server names one started separately.
+    Needs: bash scripts/install_prime_rl.sh --orchestrator-only [--commit 559b447], Docker and the image."""
     from rich.console import Console
 
     from air.rehearsal.errors import RehearsalError
@@ -41,6 +51,12 @@ def cmd_rehearse(args: argparse.Namespace) -> int:
 
     if args.steps < 1:
         raise CommandError("--steps must be at least 1")
+    external = {}
+    for entry in args.external_env_server:
+        source, _, address = entry.partition("=")
+        if not source or not address.startswith("tcp://"):
+            raise CommandError(f"--external-env-server {entry!r}: expected SOURCE=tcp://HOST:PORT")
+        external[source] = address
     settings = RehearsalSettings(
         config=args.config,
         steps=args.steps,
@@ -49,6 +65,7 @@ def cmd_rehearse(args: argparse.Namespace) -> int:
         output=args.output,
         model_dir=args.model,
         timeout_s=args.timeout,
+        external_env_servers=external,
     )
     console = Console(stderr=args.json)
     try:

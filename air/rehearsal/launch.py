@@ -81,18 +81,14 @@ class Launched:
     def tail(self, lines: int = 25) -> str:
         return tail(self.log, lines)
 
-    def stop(self, grace: float = 15.0) -> None:
-        """SIGTERM to its whole session (env servers remove their containers), then SIGKILL."""
-        stop_processes(live_processes(self.record), grace=grace)
-        self.process.wait()
-        if live_processes(self.record):
-            save(self.record)  # still alive: stays recorded for `air clean`
-        else:
-            forget(self.record)
+    def stop(self) -> None:
+        stop_tree(self.process, self.record, grace=15.0)
 
 
-def stop_tree(process: subprocess.Popen, record: ProcessRecord) -> None:
-    stop_processes(live_processes(record), grace=10.0)
+def stop_tree(process: subprocess.Popen, record: ProcessRecord, grace: float = 10.0) -> None:
+    """SIGTERM to the process's whole session (env workers and servers remove their containers), then
+    SIGKILL to what is left; a process that outlives both stays recorded for `air clean`."""
+    stop_processes(live_processes(record), grace=grace)
     process.wait()
     if live_processes(record):
         save(record)

@@ -21,7 +21,7 @@ import subprocess
 import time
 import tomllib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +60,7 @@ class RehearsalSettings:
     model_dir: Path | None = None
     timeout_s: float = 1800.0
     seed: int = 0
+    external_env_servers: dict[str, str] = field(default_factory=dict)  # v1: source name -> serve.address
 
 
 @dataclass
@@ -133,6 +134,8 @@ def rehearse(settings: RehearsalSettings, progress: Callable[[str, int, int], No
         from air.rehearsal.v1 import rehearse_v1
 
         return rehearse_v1(settings, path, raw, say)
+    if settings.external_env_servers:
+        raise RehearsalError(f"{path} is a classic config: prime-rl c87c19b has no env servers to place elsewhere")
     return rehearse_classic(settings, path, raw, say)
 
 

@@ -73,7 +73,7 @@ def env_metric_key(key: str) -> bool:
 def rehearse_v1(settings, path: Path, raw: dict[str, Any], say: Callable[[str, int, int], None]) -> RehearsalReport:
     from air.agents.server import PolicyServer
 
-    plan = plan_v1(path, raw)
+    plan = plan_v1(path, raw, settings.external_env_servers)
     python, root = find_orchestrator_python(settings.prime_rl, "v1")
     if managed_sources(plan):
         check_docker(plan.env_images)

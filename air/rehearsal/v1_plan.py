@@ -56,7 +56,10 @@ class V1Plan:
         return sorted({str(s.taskset.get("image") or "") for s in self.sources if not s.external})
 
 
-def plan_v1(path: Path, raw: dict[str, Any]) -> V1Plan:
+def plan_v1(path: Path, raw: dict[str, Any], external: dict[str, str] | None = None) -> V1Plan:
+    """``external``: source name -> the address of its env server started separately, as if the
+    config said so in the source's ``serve.address``."""
+    raw = place_external_servers(path, raw, external or {})
     orchestrator = raw.get("orchestrator") if isinstance(raw.get("orchestrator"), dict) else {}
     algo = orchestrator.get("algo", {}) if isinstance(orchestrator.get("algo"), dict) else {}
     if algo.get("type") in SECOND_MODEL_ALGOS or algo.get("reference") or algo.get("teacher"):
@@ -87,6 +90,24 @@ def plan_v1(path: Path, raw: dict[str, Any]) -> V1Plan:
         seq_len=raw.get("seq_len") or orchestrator.get("seq_len"),
         dropped=dropped,
     )
+
+
+def place_external_servers(path: Path, raw: dict[str, Any], external: dict[str, str]) -> dict[str, Any]:
+    if not external:
+        return raw
+    raw = copy.deepcopy(raw)
+    named = {}
+    for table, _, source in sources(raw):
+        if table == "orchestrator.train.source":
+            named[str(source.get("name") or taskset_of(source).get("id"))] = source
+    unknown = sorted(set(external) - set(named))
+    if unknown:
+        raise RehearsalError(
+            f"{path}: no train source named {', '.join(map(repr, unknown))} (sources: {sorted(named)})"
+        )
+    for name, address in external.items():
+        named[name].setdefault("serve", {})["address"] = address
+    return raw
 
 
 def rehearsal_config(

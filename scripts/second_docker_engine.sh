@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# A second Docker engine on this machine, as another node's would be: its own socket, data root and
+# containers. For rehearsing an env server "elsewhere" (air rehearse --external-env-server).
+#   bash scripts/second_docker_engine.sh start DIR [IMAGE...]   # starts dockerd, copies the images into it
+#   bash scripts/second_docker_engine.sh stop DIR               # stops it (its containers go with it)
+# Then: export DOCKER_HOST=unix://DIR/docker.sock for the processes that should use it.
+# Needs root (dockerd) and the docker CLI. No bridge network: sandbox containers run with network "none".
+set -euo pipefail
+
+usage() { echo "usage: $0 start DIR [IMAGE...] | stop DIR" >&2; exit 2; }
+[[ $# -ge 2 ]] || usage
+action=$1
+dir=$(mkdir -p "$2" && cd "$2" && pwd)
+shift 2
+socket="$dir/docker.sock"
+
+case "$action" in
+start)
+    if [[ -S "$socket" ]] && DOCKER_HOST="unix://$socket" docker info >/dev/null 2>&1; then
+        echo "a Docker engine already answers at unix://$socket"
+    else
+        command -v dockerd >/dev/null || { echo "dockerd not found: apt-get install -y docker.io" >&2; exit 1; }
+        # exec-root holds containerd's sockets: a short path keeps them under the 108-byte limit.
+        exec_root=$(mktemp -d /tmp/air-engine-XXXXXX)
+        echo "$exec_root" > "$dir/exec-root"
+        nohup dockerd --host "unix://$socket" --data-root "$dir/data" --exec-root "$exec_root" \
+            --pidfile "$dir/docker.pid" --bridge none --iptables=false --ip6tables=false --ip-masq=false \
+            > "$dir/dockerd.log" 2>&1 &
+        for _ in $(seq 60); do
+            DOCKER_HOST="unix://$socket" docker info >/dev/null 2>&1 && break
+            sleep 1
+        done
+        DOCKER_HOST="unix://$socket" docker info >/dev/null 2>&1 || {
+            echo "the second dockerd did not start; its log: $dir/dockerd.log" >&2; tail -5 "$dir/dockerd.log" >&2; exit 1
+        }
+    fi
+    for image in "$@"; do
+        if DOCKER_HOST="unix://$socket" docker image inspect "$image" >/dev/null 2>&1; then
+            echo "$image: already there"
+        else
+            echo "copying $image into the second engine"
+            docker save "$image" | DOCKER_HOST="unix://$socket" docker load
+        fi
+    done
+    echo "export DOCKER_HOST=unix://$socket"
+    ;;
+stop)
+    if [[ -f "$dir/docker.pid" ]]; then
+        pid=$(cat "$dir/docker.pid")
+        kill "$pid" 2>/dev/null || true
+        for _ in $(seq 30); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+        kill -9 "$pid" 2>/dev/null || true
+    fi
+    [[ -f "$dir/exec-root" ]] && rm -rf "$(cat "$dir/exec-root")" "$dir/exec-root"
+    echo "stopped the Docker engine at unix://$socket"
+    ;;
+*) usage ;;
+esac
