@@ -66,6 +66,11 @@ def test_the_cli_refuses_zero_steps_and_reports_a_missing_prime_rl(tmp_path, cap
     assert "--steps must be at least 1" in capsys.readouterr().err
     assert main(["rehearse", "--config", str(config), "--prime-rl", str(tmp_path / "none")]) != 0
     assert "install_prime_rl.sh --orchestrator-only" in capsys.readouterr().err
+    v1 = str(ROOT / "configs" / "mlgym-v1" / "rl_2gpu.toml")
+    assert main(["rehearse", "--config", v1, "--external-env-server", "lane:5000"]) != 0
+    assert "expected SOURCE=tcp://HOST:PORT" in capsys.readouterr().err
+    assert main(["rehearse", "--config", v1, "--prime-rl", str(tmp_path / "none")]) != 0
+    assert "--orchestrator-only --commit 559b447" in capsys.readouterr().err
 
 
 def _report(**changes) -> RehearsalReport:
@@ -95,3 +100,33 @@ def test_an_env_that_cannot_load_is_named_before_the_orchestrator_starts():
     with pytest.raises(RehearsalError, match=r"env 'mlgym-titanic' \(air_mlgym\) does not load: .*titanic.*MLGYM_ROOT"):
         check_envs_load(debug.envs, ("env_gpu",))
     check_envs_load(plan_config(ROOT / "configs" / "mlgym" / "rl_2gpu.toml").envs, ("env_gpu",))  # loads
+
+
+def test_a_checkout_of_the_other_generation_is_named_with_what_to_do(tmp_path):
+    checkout = tmp_path / "prime-rl"
+    (checkout / "src" / "prime_rl").mkdir(parents=True)
+    (checkout / "pyproject.toml").write_text('[project]\nname = "prime-rl"\n')
+    git(checkout, "init", "-q")
+    git(checkout, "add", "-A")
+    git(checkout, "commit", "-qm", "classic-looking")
+    with pytest.raises(RehearsalError, match="written for today's prime-rl.*--commit 559b447"):
+        find_orchestrator_python(str(checkout), "v1")
+    entry = checkout / "src" / "prime_rl" / "entrypoints"
+    entry.mkdir()
+    (entry / "env_server.py").write_text("")
+    git(checkout, "add", "-A")
+    git(checkout, "commit", "-qm", "today's")
+    with pytest.raises(RehearsalError, match="rehearse a config from configs/mlgym-v1/"):
+        find_orchestrator_python(str(checkout), "classic")
+    with pytest.raises(RehearsalError, match="no venv with prime-rl's orchestrator.*--commit 559b447"):
+        find_orchestrator_python(str(checkout), "v1")
+
+
+def test_a_classic_config_refuses_an_external_env_server(tmp_path):
+    from air.rehearsal.rehearse import RehearsalSettings, rehearse
+
+    config = tmp_path / "rl.toml"
+    config.write_text('[orchestrator]\nrollouts_per_example = 2\n[[orchestrator.env]]\nid = "air_mlgym"\n')
+    settings = RehearsalSettings(config=config, external_env_servers={"x": "tcp://127.0.0.1:1"})
+    with pytest.raises(RehearsalError, match="classic config: prime-rl c87c19b has no env servers"):
+        rehearse(settings)
