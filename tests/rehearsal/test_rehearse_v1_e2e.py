@@ -47,6 +47,7 @@ num_infer_gpus = 1
 num_train_gpus = 1
 [model]
 name = "Qwen/Qwen3-4B-Instruct-2507"
+[trainer]
 [orchestrator]
 batch_size = 4
 group_size = 2
@@ -130,7 +131,7 @@ def test_rehearse_v1_with_an_env_server_on_a_second_engine(
         argv = ["rehearse", "--config", str(config), "--steps", "2", "--prime-rl", str(checkout), "--output", str(out)]
         argv += ["--model", str(tiny_model_dir), "--external-env-server", f"lane=tcp://127.0.0.1:{port}", "--json"]
         status = main(argv)
-        report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        captured = capsys.readouterr()
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         try:
@@ -138,6 +139,8 @@ def test_rehearse_v1_with_an_env_server_on_a_second_engine(
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
+    assert captured.out.strip(), captured.err[-3000:]
+    report = json.loads(captured.out.strip().splitlines()[-1])
     assert status == 0, report["problems"]
     assert report["generation"] == "v1" and report["steps_completed"] == 2 and report["masked"] == 0
     assert report["samples"] > 0 and report["advantage_nonzero_share"] > 0
