@@ -41,7 +41,7 @@ from air.rehearsal.launch import (
     tail,
     tiny_model,
 )
-from air.rehearsal.report import RehearsalReport
+from air.rehearsal.report import RehearsalReport, report_from
 from air.training.config_v1 import detect_generation
 from air.training.process_records import record_launch
 
@@ -234,29 +234,15 @@ def build_report(
     trainer = [json.loads(line) for line in (out / "trainer.jsonl").read_text().splitlines() if line.strip()]
     logged = [json.loads(line) for line in read(out / "metrics.jsonl").splitlines() if line.strip()]
     step_logs = [entry for entry in logged if "reward/mean" in entry or "progress/samples" in entry]
-    return RehearsalReport(
+    return report_from(
+        batch,
+        trainer,
+        elapsed,
         config=str(plan.path),
         output_dir=str(out),
         steps_requested=settings.steps,
-        steps_completed=batch.steps,
-        rollouts=batch.rollouts,
-        masked=batch.masked,
-        samples=batch.samples,
-        reward_mean=batch.reward_mean,
-        advantage_nonzero_share=batch.advantage_nonzero_share,
-        zero_advantage_groups=batch.zero_advantage_groups,
-        loss_mask_ok=batch.loss_mask_ok,
-        samples_per_rollout=batch.samples_per_rollout,
-        seconds_per_step=elapsed / max(batch.steps, 1),
         trajectory_strategy=plan.strategy,
-        groups=batch.groups,
-        masked_samples=batch.masked_samples,
-        advantages_match_rewards=batch.advantages_match_rewards,
-        rollouts_without_samples=batch.rollouts_without_samples,
-        loss_tokens=batch.loss_tokens,
         weight_updates=weight_updates,
-        trainer_errors=[f"step {t['step']}: {t['error']}" for t in trainer if "error" in t],
-        loss_mask_problems=batch.loss_mask_problems,
         env_metrics=mean_of(step_logs, lambda key: key.startswith("metrics/")),
         orchestrator_metrics=mean_of(step_logs, lambda key: key in ORCHESTRATOR_KEYS),
         dropped=plan.dropped,

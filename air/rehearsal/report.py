@@ -68,3 +68,33 @@ class RehearsalReport:
         if self.zero_advantage_groups:
             found.append(f"{self.zero_advantage_groups} of {self.groups} groups teach nothing (equal rewards)")
         return found
+
+
+BATCH_FIGURES = (  # fields both generations' batch figures carry under the report's names
+    "rollouts",
+    "masked",
+    "samples",
+    "reward_mean",
+    "advantage_nonzero_share",
+    "zero_advantage_groups",
+    "loss_mask_ok",
+    "samples_per_rollout",
+    "groups",
+    "masked_samples",
+    "advantages_match_rewards",
+    "rollouts_without_samples",
+    "loss_tokens",
+    "loss_mask_problems",
+)
+
+
+def report_from(batch: Any, trainer: list[dict[str, Any]], elapsed: float, **rest: Any) -> RehearsalReport:
+    """A report from either generation's batch figures (``BatchFigures``, ``V1Figures``), the stand-in
+    trainer's lines, the run's wall time and the rest of the report's fields."""
+    return RehearsalReport(
+        steps_completed=batch.steps,
+        seconds_per_step=elapsed / max(batch.steps, 1),
+        trainer_errors=[f"step {t['step']}: {t['error']}" for t in trainer if "error" in t],
+        **{name: getattr(batch, name) for name in BATCH_FIGURES},
+        **rest,
+    )

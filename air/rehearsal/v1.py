@@ -36,7 +36,7 @@ from air.rehearsal.launch import (
     run_entry,
     tiny_model,
 )
-from air.rehearsal.report import RehearsalReport
+from air.rehearsal.report import RehearsalReport, report_from
 from air.rehearsal.v1_batches import V1Figures, read_micro_batches, read_traces, v1_figures
 from air.rehearsal.v1_plan import (
     V1Plan,
@@ -215,29 +215,15 @@ def build_v1_report(
     batch: V1Figures = v1_figures(samples, traces, special, check_advantages=grpo)
     trainer = [json.loads(line) for line in read(out / "trainer.jsonl").splitlines() if line.strip()]
     logged = [json.loads(line) for line in read(run_dir / "metrics.jsonl").splitlines() if line.strip()]
-    return RehearsalReport(
+    return report_from(
+        batch,
+        trainer,
+        elapsed,
         config=str(plan.path),
         output_dir=str(out),
         steps_requested=settings.steps,
-        steps_completed=batch.steps,
-        rollouts=batch.rollouts,
-        masked=batch.masked,
-        samples=batch.samples,
-        reward_mean=batch.reward_mean,
-        advantage_nonzero_share=batch.advantage_nonzero_share,
-        zero_advantage_groups=batch.zero_advantage_groups,
-        loss_mask_ok=batch.loss_mask_ok,
-        samples_per_rollout=batch.samples_per_rollout,
-        seconds_per_step=elapsed / max(batch.steps, 1),
         trajectory_strategy="branches (v1 traces)",
-        groups=batch.groups,
-        masked_samples=batch.masked_samples,
-        advantages_match_rewards=batch.advantages_match_rewards,
-        rollouts_without_samples=batch.rollouts_without_samples,
-        loss_tokens=batch.loss_tokens,
         weight_updates=weight_updates,
-        trainer_errors=[f"step {t['step']}: {t['error']}" for t in trainer if "error" in t],
-        loss_mask_problems=batch.loss_mask_problems,
         env_metrics=mean_of(logged, env_metric_key),
         orchestrator_metrics=mean_of(logged, orchestrator_key),
         dropped=plan.dropped,
