@@ -42,7 +42,7 @@ def tiny_model(explicit: Path | None, say: Callable[[str, int, int], None]) -> P
     return model_dir
 
 
-def entry_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+def entry_env() -> dict[str, str]:
     """The environment of prime-rl's processes: offline, this checkout's ``air`` first on the path."""
     project = str(Path(air.__file__).resolve().parent.parent)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -50,7 +50,7 @@ def entry_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env["OPENAI_API_KEY"] = "rehearsal"  # the scripted server takes any key; prime-rl sends this one
     env["VLLM_API_KEY"] = "rehearsal"
     env["WANDB_MODE"] = "disabled"
-    return {**env, **(extra or {})}
+    return env
 
 
 def run_entry(python: Path, command: list[str], out: Path, what: str, timeout: float = 300) -> None:
@@ -64,10 +64,11 @@ def run_entry(python: Path, command: list[str], out: Path, what: str, timeout: f
 
 
 class Launched:
-    """One process of prime-rl's started in its own session, its output in ``log``."""
+    """One process of prime-rl's started in its own session, its output in ``log``; recorded like
+    ``air train``'s runs, so if the rehearsal dies, ``air clean`` can still stop its tree."""
 
     def __init__(self, name: str, command: list[str], cwd: Path, log: Path, config: Path, env: dict[str, str]) -> None:
-        self.name, self.command, self.log = name, command, log
+        self.name, self.log = name, log
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("wb") as sink:
             self.process = subprocess.Popen(
@@ -81,19 +82,40 @@ class Launched:
     def tail(self, lines: int = 25) -> str:
         return tail(self.log, lines)
 
-    def stop(self) -> None:
-        stop_tree(self.process, self.record, grace=15.0)
+    def stop(self, grace: float = 15.0) -> None:
+        """SIGTERM to its whole session (env workers and servers remove their containers), then SIGKILL
+        to what is left; a process that outlives both stays recorded for `air clean`."""
+        stop_processes(live_processes(self.record), grace=grace)
+        self.process.wait()
+        if live_processes(self.record):
+            save(self.record)
+        else:
+            forget(self.record)
 
 
-def stop_tree(process: subprocess.Popen, record: ProcessRecord, grace: float = 10.0) -> None:
-    """SIGTERM to the process's whole session (env workers and servers remove their containers), then
-    SIGKILL to what is left; a process that outlives both stays recorded for `air clean`."""
-    stop_processes(live_processes(record), grace=grace)
-    process.wait()
-    if live_processes(record):
-        save(record)
-    else:
-        forget(record)
+def wait_for_steps(orchestrator: Launched, others: list[Launched], trainer_log: Path, settings: Any, say) -> None:
+    """Until the orchestrator exits, with the stand-in trainer's finished steps as progress; a helper
+    that dies first, the deadline, a failed exit or missing steps raise with the culprit's log."""
+    deadline = time.monotonic() + settings.timeout_s
+    while orchestrator.exited() is None:
+        say("steps", count_lines(trainer_log), settings.steps)
+        for process in others:
+            if process.exited() not in (None, 0):
+                raise RehearsalError(
+                    f"{process.name} exited with status {process.exited()}; its log: {process.log}\n{process.tail()}"
+                )
+        if time.monotonic() > deadline:
+            raise RehearsalError(
+                f"the orchestrator did not finish {settings.steps} steps in {settings.timeout_s:.0f} s; "
+                f"its log: {orchestrator.log}\n{orchestrator.tail()}"
+            )
+        time.sleep(1.0)
+    say("steps", count_lines(trainer_log), settings.steps)
+    if orchestrator.exited() != 0 or count_lines(trainer_log) < settings.steps:
+        raise RehearsalError(
+            f"prime-rl's orchestrator exited with status {orchestrator.exited()} after "
+            f"{count_lines(trainer_log)} of {settings.steps} steps; its log: {orchestrator.log}\n{orchestrator.tail()}"
+        )
 
 
 def reap_containers() -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 import tomllib
 from collections.abc import Callable
@@ -29,21 +28,19 @@ from air.rehearsal.batches import BatchFigures, BatchFormatError, figures, read_
 from air.rehearsal.checks import check_docker, check_envs_load, find_orchestrator_python
 from air.rehearsal.errors import RehearsalError
 from air.rehearsal.launch import (
+    Launched,
     commit_of,
-    count_lines,
     entry_env,
     mean_of,
     new_output_folder,
     read,
     reap_containers,
     run_entry,
-    stop_tree,
-    tail,
     tiny_model,
+    wait_for_steps,
 )
 from air.rehearsal.report import RehearsalReport, report_from
 from air.training.config_v1 import detect_generation
-from air.training.process_records import record_launch
 
 DROPPED = ("wandb", "prime_monitor", "ckpt", "eval", "heartbeat")
 ENV_DROPPED = ("env_gpu",)  # task containers run without GPUs here; the data path is the same
@@ -181,33 +178,15 @@ def derive_config(python: Path, config: Path, overrides: dict[str, Any], out: Pa
 
 
 def run_orchestrator(python: Path, orch_toml: Path, out: Path, settings: RehearsalSettings, say) -> None:
-    log_path, trainer_log = out / "orchestrator.stdout", out / "trainer.jsonl"
+    """The orchestrator and its env workers share a session; workers outlive a crashed orchestrator,
+    so the whole session is stopped, and dead processes' containers reaped, whatever happens."""
     command = [str(python), "-m", ENTRY, "run", str(orch_toml), str(out / "metrics.jsonl"), str(settings.steps)]
-    deadline = time.monotonic() + settings.timeout_s
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            command, cwd=out, env=entry_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        # Recorded like `air train`'s runs: if this process dies, `air clean` can still stop the tree.
-        record = record_launch(process.pid, "rehearsal", command, out, config=str(settings.config))
-        try:
-            while process.poll() is None:
-                say("steps", count_lines(trainer_log), settings.steps)
-                if time.monotonic() > deadline:
-                    raise RehearsalError(
-                        f"the orchestrator did not finish {settings.steps} steps in {settings.timeout_s:.0f} s; "
-                        f"its log: {log_path}\n{tail(log_path)}"
-                    )
-                time.sleep(1.0)
-        finally:
-            stop_tree(process, record)
-            reap_containers()
-    say("steps", count_lines(trainer_log), settings.steps)
-    if process.returncode != 0 or count_lines(trainer_log) < settings.steps:
-        raise RehearsalError(
-            f"prime-rl's orchestrator exited with status {process.returncode} after "
-            f"{count_lines(trainer_log)} of {settings.steps} steps; its log: {log_path}\n{tail(log_path)}"
-        )
+    orchestrator = Launched("orchestrator", command, out, out / "orchestrator.stdout", settings.config, entry_env())
+    try:
+        wait_for_steps(orchestrator, [], out / "trainer.jsonl", settings, say)
+    finally:
+        orchestrator.stop(grace=10.0)
+        reap_containers()
 
 
 def build_report(

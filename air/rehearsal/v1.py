@@ -27,7 +27,6 @@ from air.rehearsal.errors import RehearsalError
 from air.rehearsal.launch import (
     Launched,
     commit_of,
-    count_lines,
     entry_env,
     mean_of,
     new_output_folder,
@@ -35,6 +34,7 @@ from air.rehearsal.launch import (
     reap_containers,
     run_entry,
     tiny_model,
+    wait_for_steps,
 )
 from air.rehearsal.report import RehearsalReport, report_from
 from air.rehearsal.v1_batches import V1Figures, read_micro_batches, read_traces, v1_figures
@@ -141,36 +141,14 @@ def run_processes(
         orchestrator = Launched(
             "orchestrator", orchestrator_command, out, out / "logs" / "orchestrator.log", plan.path, env
         )
+        helpers = list(launched)
         launched.append(orchestrator)
-        wait_for_steps(orchestrator, launched, trainer_log, settings, say)
+        wait_for_steps(orchestrator, helpers, trainer_log, settings, say)
     finally:
         for process in reversed(launched):
             process.stop()
         reap_containers()
     return servers
-
-
-def wait_for_steps(orchestrator: Launched, launched: list[Launched], trainer_log: Path, settings, say) -> None:
-    deadline = time.monotonic() + settings.timeout_s
-    while orchestrator.exited() is None:
-        say("steps", count_lines(trainer_log), settings.steps)
-        for process in launched:
-            if process is not orchestrator and process.exited() not in (None, 0):
-                raise RehearsalError(
-                    f"{process.name} exited with status {process.exited()}; its log: {process.log}\n{process.tail()}"
-                )
-        if time.monotonic() > deadline:
-            raise RehearsalError(
-                f"the orchestrator did not finish {settings.steps} steps in {settings.timeout_s:.0f} s; "
-                f"its log: {orchestrator.log}\n{orchestrator.tail()}"
-            )
-        time.sleep(1.0)
-    say("steps", count_lines(trainer_log), settings.steps)
-    if orchestrator.exited() != 0 or count_lines(trainer_log) < settings.steps:
-        raise RehearsalError(
-            f"prime-rl's orchestrator exited with status {orchestrator.exited()} after "
-            f"{count_lines(trainer_log)} of {settings.steps} steps; its log: {orchestrator.log}\n{orchestrator.tail()}"
-        )
 
 
 def server_addresses(plan: V1Plan, configs: Path) -> dict[str, str]:

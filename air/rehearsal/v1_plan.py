@@ -126,7 +126,7 @@ def rehearsal_config(
             raw[section]["model"].pop("name", None)  # the shared [model] name must win
     orchestrator = raw.setdefault("orchestrator", {})
     orchestrator.pop("eval", None)
-    orchestrator.setdefault("model", {})["client"] = {"base_url": base_url, "skip_model_check": False}
+    orchestrator.setdefault("model", {})["client"] = {"base_url": base_url}
     orchestrator["renderer"] = {"name": "default"}
     orchestrator["env_server_base_port"] = base_port
     inflight = max(plan.batch_size or plan.group_size, plan.group_size)
