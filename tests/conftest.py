@@ -16,6 +16,7 @@ import pytest
 
 from air.sandbox.config import SandboxConfig
 from tests import opt_in  # noqa: F401  (captures the opt-in checkouts before the variables go)
+from tests.second_engine import second_engine  # noqa: F401  (a fixture)
 
 # Variables that choose what a run uses (task root, image, prime-rl, the viewer's folder, state, W&B).
 USER_VARIABLES = (

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from air.agents.policies import SPECS, PolicySpecError
 from air.agents.server import PolicyServerError, serve_forever
 from air.agents.tiny_model import TinyModelError
 from air.cli.errors import CommandError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from air.runs.standalone import StandaloneSettings
 
 
 def register_policy_server(subparsers: argparse._SubParsersAction) -> None:
@@ -114,8 +120,10 @@ def cmd_standalone(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
     from rich.console import Console
 
+    from air.runs.run_log import console_lines
     from air.runs.standalone import StandaloneSettings, run_standalone
     from air.runs.standalone_view import StandaloneProgress
+    from air.sandbox.errors import SandboxesUnavailable
 
     env_args = {}
     for item in args.env_arg:
@@ -144,17 +152,37 @@ def cmd_standalone(args: argparse.Namespace) -> int:
             )
         except WandbUnavailable as exc:
             raise CommandError(str(exc)) from exc
+    # One folder for the whole run, fixed now: the summary is found there if the run stops.
+    settings = settings.model_copy(update={"output_dir": str(settings.resolved_output_dir())})
     console = Console()
     view = StandaloneProgress(console, settings)
     try:
-        with view:
+        with console_lines(), view:
             summary = asyncio.run(
                 run_standalone(settings, on_step=view.step_done, on_rollout=view.rollout_done, loggers=loggers)
             )
+    except SandboxesUnavailable as exc:  # the run stopped: its summary says how far it got
+        _print_stopped(console, settings)
+        raise CommandError(str(exc)) from exc
     except (ValueError, RuntimeError) as exc:  # bad env args, unknown task, no Docker, bad policy spec
         raise CommandError(str(exc)) from exc
     view.print_summary(summary)
+    # Exit status (README): 0 when every step ran and some rollout was not masked; 1 otherwise.
     return 0 if summary["masked"] < summary["rollouts"] else 1
+
+
+def _print_stopped(console: Console, settings: StandaloneSettings) -> None:
+    import json
+
+    from air.runs.standalone_view import print_masked
+
+    path = settings.resolved_output_dir() / "summary.json"
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    console.print(f"stopped after {summary['steps_run']} of {settings.steps} steps; summary in {path}")
+    print_masked(console, summary)
 
 
 def register_replay(subparsers: argparse._SubParsersAction) -> None:

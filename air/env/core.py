@@ -34,10 +34,12 @@ from air.env.actions import format_error_observation, parse_action
 from air.env.rewards import RewardTracker
 from air.env.rollout import Rollout, exit_status_of
 from air.env.settings import MLGymEnvSettings
-from air.env.trajectories import BaselineInfo, TrajectoryRecord, Turn, TurnEvaluation, write_trajectory
+from air.env.trajectories import BaselineInfo, TrajectoryRecord, Turn, TurnEvaluation, error_chain, write_trajectory
 from air.sandbox.config import SandboxConfig
-from air.sandbox.errors import SandboxError, SandboxImageMissing
-from air.sandbox.pool import SandboxPool, cleanup_all, destroy_in_background
+from air.sandbox.engine import DOCKER_ERRORS
+from air.sandbox.errors import SandboxError, SandboxesUnavailable
+from air.sandbox.pool import SandboxPool
+from air.sandbox.removal import cleanup_all, destroy_in_background
 from air.tasks.config import TaskError
 from air.tasks.loader import BUILTIN_TASK_ROOT, Task, list_tasks, load_task, resolve_task_root
 from air.tasks.mlgym_tools import ToolSet, guard_multiline, load_mlgym_tools
@@ -112,6 +114,7 @@ class MLGymCore:
             cpus=settings.container_cpus,
             memory=settings.container_memory,
             run_id=settings.run_id,
+            engine_wait_s=settings.engine_wait,
         )
         self.trajectory_dir: Path | None = settings.trajectory_path() if settings.save_trajectories else None
         self._pool: SandboxPool | None = None
@@ -154,8 +157,18 @@ class MLGymCore:
         return self._pool
 
     @property
-    def image_missing(self) -> bool:
-        return self._pool is not None and self._pool.missing_image is not None
+    def sandboxes_unavailable(self) -> bool:  # no sandbox can start (the image is missing): the run stops
+        return self._pool is not None and self._pool.unavailable is not None
+
+    async def _fault(self, rollout: Rollout, exc: BaseException, doing: str | None) -> tuple[EnvFault, BaseException]:
+        """The EnvFault for a failed Docker call: naming the engine when it went away under the rollout
+        (the pool asks it), else the call's own error. Either way one line; the chain stays attached."""
+        pool = self._pool if self._pool_loop is asyncio.get_running_loop() else None
+        cause = await pool.engine_fault(rollout.sandbox, exc) if pool is not None else None
+        own = f"{doing} failed: {exc}" if doing else str(exc)
+        fault = EnvFault(str(cause) if cause is not None else own)
+        log.info("rollout of %s masked: %s", rollout.task.name, fault, exc_info=exc)  # the chain, for the log file
+        return fault, cause if cause is not None else exc
 
     def new_rollout(self, task_name: str) -> Rollout:
         task = self.task(task_name)
@@ -163,9 +176,10 @@ class MLGymCore:
         return Rollout(task=task, sandbox=None, workspace=None, tracker=tracker)
 
     async def start(self, rollout: Rollout) -> None:
-        """Give the rollout a fresh container with its task laid out. ``SandboxImageMissing`` escapes on
-        purpose: every rollout would fail the same way, so the run stops at the first one with the fix
-        named. A container taken before a failure goes with :meth:`close`."""
+        """Give the rollout a fresh container with its task laid out. ``SandboxesUnavailable`` (the image is
+        missing, the engine did not come back) escapes on purpose: every rollout would fail the same way, so
+        the run stops at the first one with the fix named. A container taken before a failure goes with
+        :meth:`close`."""
         task = rollout.task
         try:
             rollout.sandbox = await self.pool().acquire()
@@ -178,10 +192,11 @@ class MLGymCore:
                 await rollout.sandbox.shell.initialize(self.tools.init_script())
             else:
                 await rollout.sandbox.shell.initialize(BUILTIN_SESSION)
-        except SandboxImageMissing:
+        except SandboxesUnavailable:
             raise
-        except (SandboxError, TaskError, OSError) as exc:
-            raise EnvFault(f"setting up task {task.name} failed: {exc}") from exc
+        except (SandboxError, TaskError, OSError, *DOCKER_ERRORS) as exc:
+            fault, cause = await self._fault(rollout, exc, f"setting up task {task.name}")
+            raise fault from cause
         except Exception as exc:  # nothing may fail the whole group
             log.exception("unexpected failure setting up a rollout")
             raise EnvFault(f"setting up task {task.name} failed unexpectedly: {exc!r}") from exc
@@ -192,8 +207,9 @@ class MLGymCore:
         """Act on one model reply; returns (observation, whether the rollout ends here)."""
         try:
             return await self._play(rollout, text, after_last_turn)
-        except SandboxError as exc:
-            raise EnvFault(str(exc)) from exc
+        except (SandboxError, *DOCKER_ERRORS) as exc:
+            fault, cause = await self._fault(rollout, exc, None)
+            raise fault from cause
         except Exception as exc:
             log.exception("unexpected failure acting on a reply")
             raise EnvFault(f"env failed unexpectedly: {exc!r}") from exc
@@ -284,8 +300,9 @@ class MLGymCore:
                 _, rollout.final_evaluation, _ = await self._evaluate(rollout, "final")
             elif rollout.turns and rollout.turns[-1].evaluation is not None:
                 rollout.final_evaluation = rollout.turns[-1].evaluation
-        except SandboxError as exc:
-            raise EnvFault(f"finishing the rollout failed: {exc}") from exc
+        except (SandboxError, *DOCKER_ERRORS) as exc:
+            fault, cause = await self._fault(rollout, exc, "finishing the rollout")
+            raise fault from cause
         except Exception as exc:
             log.exception("unexpected failure finishing a rollout")
             raise EnvFault(f"finishing the rollout failed unexpectedly: {exc!r}") from exc
@@ -316,8 +333,17 @@ class MLGymCore:
     # --- the record ---------------------------------------------------------------------------
 
     def record(
-        self, rollout: Rollout, result: Mapping[str, float], labels: RolloutLabels, error: object | None
+        self,
+        rollout: Rollout,
+        result: Mapping[str, float],
+        labels: RolloutLabels,
+        error: object | None,
+        chain_of: BaseException | None = None,
     ) -> TrajectoryRecord:
+        """``error`` is the one line the record shows; the chain comes from ``chain_of`` (default: ``error``
+        when it is an exception)."""
+        if chain_of is None and isinstance(error, BaseException):
+            chain_of = error
         task = rollout.task
         finished = datetime.now(UTC)
         return TrajectoryRecord(
@@ -340,6 +366,7 @@ class MLGymCore:
             duration_s=(finished - rollout.started_at).total_seconds(),
             exit_status=rollout.exit_status or "unknown",
             error=str(error) if error else None,
+            error_chain=error_chain(chain_of),
             baseline=BaselineInfo(
                 metric=task.primary_metric,
                 score=task.baseline_score,

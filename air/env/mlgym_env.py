@@ -95,7 +95,7 @@ class MLGymEnv(vf.MultiTurnEnv):
         rollout: Rollout | None = state.get(STATE_KEY)
         if rollout is None or rollout.finished:
             return
-        if rollout.sandbox is None and self.core.image_missing:
+        if rollout.sandbox is None and self.core.sandboxes_unavailable:
             rollout.finished = True
             return  # never started, and the run is stopping on the missing image: nothing to record
         cancelled = not state.get("is_completed")

@@ -57,6 +57,11 @@ class MLGymEnvSettings(BaseModel):
     pool_size: int = Field(default=4, ge=0, description="Warm containers kept ready per env process.")
     container_cpus: float = Field(default=2.0, gt=0, description="CPU limit per task container.")
     container_memory: str = Field(default="4g", description="Memory limit per task container (docker syntax).")
+    engine_wait: float = Field(
+        default=300.0,
+        ge=0,
+        description="Seconds a new rollout waits for an unreachable Docker engine before the run stops.",
+    )
     run_id: str = Field(default="air", description="Label on the containers of this run (for `air clean`).")
     reward: RewardSettings = Field(default_factory=RewardSettings, description="How scores become reward.")
 

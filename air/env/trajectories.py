@@ -97,7 +97,8 @@ class TrajectoryRecord(BaseModel):
     finished_at: datetime | None = None
     duration_s: float | None = None
     exit_status: str
-    error: str | None = None
+    error: str | None = None  # one line: why the rollout was masked
+    error_chain: list[str] = Field(default_factory=list)  # the exceptions behind it, outermost first
     baseline: BaselineInfo
     final_evaluation: TurnEvaluation | None = None
     reward: float | None = None
@@ -228,3 +229,14 @@ def summary_metrics(record: TrajectoryRecord) -> dict[str, float]:
         if baseline is not None:  # positive = better than the baseline, whichever way the metric goes
             metrics["improvement"] = (final - baseline) if record.baseline.higher_is_better else (baseline - final)
     return metrics
+
+
+def error_chain(error: BaseException | None, limit: int = 8) -> list[str]:
+    """``Type: message`` for an exception and the ones that caused it, outermost first."""
+    chain: list[str] = []
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen and len(chain) < limit:
+        seen.add(id(error))
+        chain.append(f"{type(error).__name__}: {error}"[:2000])
+        error = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
+    return chain

@@ -27,7 +27,7 @@ from air.env.core import EnvFault, MLGymCore, RolloutLabels
 from air.env.metrics import REWARD_METRIC, metric_names, result_key
 from air.env.rollout import Rollout
 from air.env.settings import MLGymEnvSettings, parse_env_settings
-from air.sandbox.errors import SandboxImageMissing
+from air.sandbox.errors import SandboxesUnavailable
 
 
 class MLGymTasksetConfig(vf.TasksetConfig, MLGymEnvSettings):
@@ -97,7 +97,7 @@ class MLGymV1Env(vf.Env[MLGymV1EnvConfig]):
                 trace = interaction.trace
                 try:
                     await self._episode(rollout, interaction)
-                except (EnvFault, SandboxImageMissing) as exc:  # the missing image's message names the fix
+                except (EnvFault, SandboxesUnavailable) as exc:  # a missing image's or engine's message names the fix
                     raise vf.SandboxError(str(exc)) from exc
         except asyncio.CancelledError:
             cancelled = True
@@ -117,7 +117,7 @@ class MLGymV1Env(vf.Env[MLGymV1EnvConfig]):
                 system_prompt=task.data.system_prompt,
                 task_prompt=task.data.prompt if isinstance(task.data.prompt, str) else None,
             )
-            path = await self.core.save(self.core.record(rollout, result, labels, _describe(error)))
+            path = await self.core.save(self.core.record(rollout, result, labels, _describe(error), error))
             if trace is not None and path is not None and not cancelled:
                 trace.info["trajectory_path"] = str(path)
 

@@ -120,7 +120,7 @@ def wait_for_steps(orchestrator: Launched, others: list[Launched], trainer_log: 
 
 def reap_containers() -> None:
     from air.sandbox.errors import SandboxError
-    from air.sandbox.pool import reap_orphans
+    from air.sandbox.removal import reap_orphans
 
     try:
         reap_orphans()

@@ -17,7 +17,7 @@ from openai import AsyncOpenAI
 
 from air.env.trajectories import TrajectoryError
 from air.env.trajectory_reader import load_trajectory, recorded_commands, recorded_scores
-from air.sandbox.errors import SandboxImageMissing
+from air.sandbox.errors import SandboxesUnavailable
 
 
 class ReplayError(Exception):
@@ -81,7 +81,7 @@ async def replay_trajectory(
             client = AsyncOpenAI(base_url=server.base_url, api_key="replay", max_retries=0)
             try:
                 outputs = await env.run_group([row], client, "replay", {}, state_columns=["trajectory_path"])
-            except SandboxImageMissing as exc:
+            except SandboxesUnavailable as exc:
                 raise ReplayError(str(exc)) from exc
             finally:
                 await client.close()

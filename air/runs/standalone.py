@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import os
+import re
 import statistics
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,6 +30,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from air.env.load import load_env
 from air.env.metrics import metric_value, task_name_of
+from air.runs.run_log import log_file
+from air.sandbox.errors import SandboxesUnavailable
 
 
 class StandaloneSettings(BaseModel):
@@ -95,14 +98,32 @@ def group_advantages(rewards: list[float]) -> list[float]:
     return [r - mean for r in rewards]
 
 
+def masked_cause(error: Any) -> str:
+    """One line for why a rollout was masked, from what verifiers puts in an output's ``error``: our own
+    message (the outermost error's), without the exception chain (that is in the trajectory and run.log)."""
+    if isinstance(error, dict):
+        error = error.get("error_chain_repr") or error.get("error") or ""
+    text = str(error).split(" -> ")[0].strip()
+    match = re.fullmatch(r"""\w+\((['"])(.*)\1\)""", text, re.DOTALL)
+    text = match.group(2) if match else text
+    return text.splitlines()[0][:300] if text else "unknown error"
+
+
+def count_causes(outputs: list[dict[str, Any]]) -> dict[str, int]:
+    return dict(Counter(masked_cause(o["error"]) for o in outputs if o.get("error")))
+
+
 def step_statistics(step: int, groups: list[list[dict[str, Any]]], seconds: float) -> dict[str, Any]:
-    """What a trainer step would see, from the outputs of its groups (masked rollouts excluded)."""
+    """What a trainer step would see, from the outputs of its groups (masked rollouts excluded). A figure
+    with nothing to average is None (JSON null), never NaN."""
     rewards, advantages, validates, errors, zero_groups, scores, suspicious = [], [], [], 0, 0, [], 0
+    counted_groups = 0
     for outputs in groups:
         kept = [o for o in outputs if not o.get("error")]
         errors += len(outputs) - len(kept)
         group_rewards = [float(o.get("reward") or 0.0) for o in kept]
         group_adv = group_advantages(group_rewards)
+        counted_groups += bool(kept)
         if kept and all(abs(a) < 1e-9 for a in group_adv):
             zero_groups += 1
         rewards += group_rewards
@@ -118,12 +139,13 @@ def step_statistics(step: int, groups: list[list[dict[str, Any]]], seconds: floa
         "step": step,
         "rollouts": sum(len(g) for g in groups),
         "masked": errors,
+        "masked_causes": count_causes([o for outputs in groups for o in outputs]),
         "reward_mean": _mean(rewards),
-        "reward_std": statistics.pstdev(rewards) if len(rewards) > 1 else 0.0,
-        "reward_min": min(rewards) if rewards else math.nan,
-        "reward_max": max(rewards) if rewards else math.nan,
+        "reward_std": statistics.pstdev(rewards) if len(rewards) > 1 else (0.0 if rewards else None),
+        "reward_min": min(rewards) if rewards else None,
+        "reward_max": max(rewards) if rewards else None,
         "advantage_abs_mean": _mean([abs(a) for a in advantages]),
-        "zero_advantage_groups": zero_groups / len(groups) if groups else math.nan,
+        "zero_advantage_groups": zero_groups / counted_groups if counted_groups else None,
         "validates_per_rollout": _mean(validates),
         "final_score_mean": _mean(scores),
         "suspicious_evaluations": suspicious,
@@ -131,8 +153,8 @@ def step_statistics(step: int, groups: list[list[dict[str, Any]]], seconds: floa
     }
 
 
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values) if values else math.nan
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
 
 
 async def run_standalone(
@@ -141,9 +163,20 @@ async def run_standalone(
     on_rollout: Callable[[], None] | None = None,
     loggers: Sequence[StepLogger] = (),
 ) -> dict[str, Any]:
-    """Run the steps; returns the summary (also written to output_dir/summary.json)."""
+    """Run the steps; returns the summary (also written to output_dir/summary.json, with run.log beside it)."""
     out = settings.resolved_output_dir()
     out.mkdir(parents=True, exist_ok=True)
+    with log_file(out / "run.log"):
+        return await _run_steps(settings, out, on_step, on_rollout, loggers)
+
+
+async def _run_steps(
+    settings: StandaloneSettings,
+    out: Path,
+    on_step: Callable[[dict[str, Any]], None] | None,
+    on_rollout: Callable[[], None] | None,
+    loggers: Sequence[StepLogger],
+) -> dict[str, Any]:
     env = _load_env(settings, out)
     server = None
     if settings.base_url is None:
@@ -167,6 +200,7 @@ async def run_standalone(
     steps: list[dict[str, Any]] = []
     started = time.perf_counter()
     cursor = 0
+    status, stopped_by = "interrupted", None
     try:
         for logger in loggers:
             logger.start(settings, out)
@@ -191,37 +225,48 @@ async def run_standalone(
                 groups = await asyncio.gather(*(one_group(inputs) for inputs in group_inputs))
                 stats = step_statistics(step, groups, time.perf_counter() - t0)
                 steps.append(stats)
-                log_file.write(json.dumps(stats) + "\n")
+                log_file.write(json.dumps(stats, allow_nan=False) + "\n")
                 log_file.flush()
                 if on_step:
                     on_step(stats)
                 for logger in loggers:
                     logger.log_step(stats, groups)
-    except BaseException:
-        for logger in loggers:
-            logger.finish(None)
+        status = "completed"
+    except SandboxesUnavailable as exc:  # the image is missing, the engine did not come back: stop here
+        status, stopped_by = "stopped", str(exc)
         raise
     finally:
         await client.close()
         if server is not None:
             server.stop()
-    summary = {
+        summary = _summary(settings, out, model, base_url if server is None else "scripted (in-process)", steps)
+        summary.update(status=status, stopped_by=stopped_by, seconds=time.perf_counter() - started)
+        (out / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n")
+        for logger in loggers:
+            logger.finish(summary if status == "completed" else None)
+    return summary
+
+
+def _summary(
+    settings: StandaloneSettings, out: Path, model: str, endpoint: str, steps: list[dict[str, Any]]
+) -> dict[str, Any]:
+    causes: Counter[str] = Counter()
+    for s in steps:
+        causes.update(s["masked_causes"])
+    return {
         "settings": settings.model_dump(mode="json"),
         "output_dir": str(out),
         "model": model,
-        "base_url": base_url if server is None else "scripted (in-process)",
+        "base_url": endpoint,
         "steps": steps,
-        "seconds": time.perf_counter() - started,
-        "reward_mean_first_step": steps[0]["reward_mean"] if steps else math.nan,
-        "reward_mean_last_step": steps[-1]["reward_mean"] if steps else math.nan,
-        "zero_advantage_groups_mean": _mean([s["zero_advantage_groups"] for s in steps]),
+        "steps_run": len(steps),
+        "reward_mean_first_step": steps[0]["reward_mean"] if steps else None,
+        "reward_mean_last_step": steps[-1]["reward_mean"] if steps else None,
+        "zero_advantage_groups_mean": _mean([z for s in steps if (z := s["zero_advantage_groups"]) is not None]),
         "rollouts": sum(s["rollouts"] for s in steps),
         "masked": sum(s["masked"] for s in steps),
+        "masked_causes": dict(causes.most_common()),
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=True) + "\n")
-    for logger in loggers:
-        logger.finish(summary)
-    return summary
 
 
 def _load_env(settings: StandaloneSettings, out: Path):  # -> vf.Environment (air.env.load)

@@ -73,5 +73,15 @@ class StandaloneProgress:
         self.console.print(table)
         self.console.print(
             f"{summary['rollouts']} rollouts in {summary['seconds']:.1f} s; "
-            f"outputs in {summary['output_dir']} (summary.json, steps.jsonl, trajectories/)"
+            f"outputs in {summary['output_dir']} (summary.json, steps.jsonl, trajectories/, run.log)"
         )
+        print_masked(self.console, summary)
+
+
+def print_masked(console: Console, summary: dict[str, Any]) -> None:
+    """How many rollouts were masked and why: the last lines of a run, finished or stopped."""
+    if not summary.get("masked"):
+        return
+    console.print(f"{summary['masked']} of {summary['rollouts']} rollouts masked (left out of training):")
+    for cause, count in summary.get("masked_causes", {}).items():
+        console.print(f"  {count} x {cause}")

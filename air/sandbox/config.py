@@ -44,6 +44,9 @@ class SandboxConfig(BaseModel):
     max_output_bytes: int = Field(default=256 * 1024, ge=1024, description="Output kept per command.")
     command_timeout_s: float = Field(default=60.0, gt=0, description="Default per-command timeout.")
     interrupt_grace_s: float = Field(default=5.0, gt=0, description="Wait after a timeout's kill.")
+    engine_wait_s: float = Field(
+        default=300.0, ge=0, description="How long a new sandbox waits for an unreachable Docker engine."
+    )
     run_id: str = Field(default="default", description="Label naming the run that owns containers.")
     environment: dict[str, str] = Field(default_factory=dict, description="Extra environment variables.")
 

@@ -28,6 +28,7 @@ import docker.errors
 from docker.models.containers import Container
 
 from air.sandbox.config import SandboxConfig, owner_labels, parse_env_gpu
+from air.sandbox.engine import DOCKER_ERRORS, looks_like_engine_failure, unreachable_message
 from air.sandbox.errors import SandboxDied, SandboxError, SandboxStartError, image_missing
 from air.sandbox.shell import CommandResult, Shell
 
@@ -41,13 +42,24 @@ def docker_client() -> docker.DockerClient:
         try:
             _client = docker.from_env(timeout=120, max_pool_size=64)
             _client.ping()
-        except docker.errors.DockerException as exc:
+        except DOCKER_ERRORS as exc:
             _client = None
             raise SandboxStartError(
                 f"No Docker engine answers ({exc}). Start one (e.g. `dockerd &` or "
                 "`systemctl start docker`) or set DOCKER_HOST."
             ) from exc
     return _client
+
+
+def reset_docker_client() -> None:
+    """Drop the shared client: the next call connects afresh (after the engine came back from a restart)."""
+    global _client
+    old, _client = _client, None
+    if old is not None:
+        try:
+            old.close()
+        except Exception:  # closing a client of a dead engine: nothing to save
+            pass
 
 
 def require_image(config: SandboxConfig, client: docker.DockerClient | None = None) -> str:
@@ -58,7 +70,7 @@ def require_image(config: SandboxConfig, client: docker.DockerClient | None = No
         client.images.get(image)
     except docker.errors.ImageNotFound as exc:
         raise image_missing(image) from exc
-    except docker.errors.DockerException as exc:
+    except DOCKER_ERRORS as exc:
         raise SandboxStartError(f"Cannot ask the Docker engine for image {image!r}: {exc}") from exc
     return image
 
@@ -68,7 +80,7 @@ def _image_present(client: docker.DockerClient, image: str) -> bool:
         client.images.get(image)
     except docker.errors.ImageNotFound:
         return False
-    except docker.errors.DockerException:
+    except DOCKER_ERRORS:
         return True  # cannot tell: report the original error
     return True
 
@@ -104,6 +116,7 @@ class Sandbox:
         self.container = container
         self.config = config
         self.shell = Shell(container, config)
+        self.generation = 0  # the pool's engine generation when this container started (see pool)
 
     @property
     def id(self) -> str:
@@ -116,7 +129,9 @@ class Sandbox:
         kwargs = container_kwargs(config, labels)
         try:
             container = await asyncio.to_thread(client.containers.run, **kwargs)
-        except docker.errors.DockerException as exc:
+        except DOCKER_ERRORS as exc:
+            if looks_like_engine_failure(exc):
+                raise SandboxStartError(f"Cannot start a sandbox container: {unreachable_message()} ({exc})") from exc
             # Without a registry the SDK's pull-on-missing turns ImageNotFound into a pull error: ask.
             if isinstance(exc, docker.errors.ImageNotFound) or not await asyncio.to_thread(
                 _image_present, client, kwargs["image"]
@@ -128,7 +143,8 @@ class Sandbox:
         try:
             await sandbox.shell.start()
         except BaseException:
-            await asyncio.to_thread(destroy_container, container)
+            with contextlib.suppress(*DOCKER_ERRORS):  # an engine gone mid-start: its removal is retried
+                await asyncio.to_thread(destroy_container, container)
             raise
         return sandbox
 
@@ -146,7 +162,7 @@ class Sandbox:
 
         try:
             return await asyncio.to_thread(_exec)
-        except docker.errors.DockerException as exc:
+        except DOCKER_ERRORS as exc:
             raise SandboxDied(f"exec in container {self.container.short_id} failed: {exc}") from exc
 
     async def copy_in(self, source: Path | str, dest_dir: str, owner: str | None = None) -> None:
@@ -176,7 +192,7 @@ class Sandbox:
             raise SandboxError(f"cannot create {dest_dir} in the sandbox: {out.strip()}")
         try:
             ok = await asyncio.to_thread(self.container.put_archive, dest_dir, data)
-        except docker.errors.DockerException as exc:
+        except DOCKER_ERRORS as exc:
             raise SandboxDied(f"copy into container {self.container.short_id} failed: {exc}") from exc
         if not ok:
             raise SandboxError(f"copy into {dest_dir} was refused by the engine")
@@ -198,7 +214,7 @@ class Sandbox:
             await asyncio.to_thread(_get)
         except docker.errors.NotFound as exc:
             raise FileNotFoundError(f"{path} does not exist in the sandbox") from exc
-        except docker.errors.DockerException as exc:
+        except DOCKER_ERRORS as exc:
             raise SandboxDied(f"copy out of container {self.container.short_id} failed: {exc}") from exc
         return dest / PurePosixPath(path).name
 
@@ -217,6 +233,8 @@ class Sandbox:
             return await asyncio.to_thread(_get)
         except docker.errors.NotFound as exc:
             raise FileNotFoundError(f"{path} does not exist in the sandbox") from exc
+        except DOCKER_ERRORS as exc:
+            raise SandboxDied(f"read from container {self.container.short_id} failed: {exc}") from exc
 
     async def destroy(self) -> None:
         self.shell.close()
@@ -251,7 +269,8 @@ def _track(container_id: str) -> None:
 
 
 def destroy_container(container: Container | str, client: docker.DockerClient | None = None) -> None:
-    """Kill, then remove, a container; quiet if it is already gone."""
+    """Kill, then remove, a container; quiet if it is already gone. A failure (the engine unreachable)
+    raises and the container stays among the live ones, so exit clean-up tries it again."""
     cid = container if isinstance(container, str) else container.id
     try:
         if isinstance(container, str):
@@ -263,8 +282,7 @@ def destroy_container(container: Container | str, client: docker.DockerClient | 
         container.remove(force=True, v=True)
     except docker.errors.NotFound:
         pass
-    finally:
-        _live.discard(cid)
+    _live.discard(cid)
 
 
 def live_container_ids() -> set[str]:

@@ -15,9 +15,21 @@ class SandboxStartError(SandboxError):
     """A container could not be created or its shell did not come up."""
 
 
-class SandboxImageMissing(SandboxStartError):
-    """The sandbox image does not exist. Every container would fail the same way, so a run stops at the
-    first one with this error (naming ``uv run air build-image``) instead of failing each rollout."""
+class SandboxesUnavailable(SandboxError):
+    """Every sandbox would fail the same way: a run stops at the first rollout with this error (its message
+    names the fix) instead of masking every rollout after it."""
+
+
+class SandboxImageMissing(SandboxStartError, SandboxesUnavailable):
+    """The sandbox image does not exist (``uv run air build-image`` makes it)."""
+
+
+class EngineUnreachable(SandboxDied):
+    """The Docker engine stopped answering (or restarted) under a rollout: its container is lost."""
+
+
+class EngineGone(SandboxesUnavailable):
+    """The Docker engine did not come back within the pool's wait: no rollout can start."""
 
 
 def image_missing(image: str) -> SandboxImageMissing:

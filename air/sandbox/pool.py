@@ -1,137 +1,50 @@
-"""Containers ready before they are needed, and nothing left behind.
+"""Containers ready before they are needed, and a Docker engine that may go away.
 
-- ``acquire`` hands out a warm sandbox at once (after a sub-millisecond shell check) and
-  starts a replacement in the background; with none ready it starts one cold.
-- ``release`` destroys a used sandbox (kill, then remove) on a background thread: containers are
-  never reused, so no state leaks from one rollout into the next.
-- ``reap_orphans`` removes containers whose owning process is gone (even after SIGKILL), found by
-  the owner labels ``air.sandbox.container`` puts on every container; it runs when a pool starts.
-- Every container this process created is removed at normal exit, on SIGINT and on SIGTERM.
+- ``acquire`` hands out a warm sandbox at once (after a sub-millisecond shell check) and starts a
+  replacement in the background; with none ready it starts one cold.
+- ``release`` destroys a used sandbox in the background (``air.sandbox.removal``): containers are never
+  reused, so no state leaks from one rollout into the next.
+- The engine: a failed Docker call, or a ready container found dead, makes the pool ask the engine
+  (:func:`air.sandbox.engine.engine_answers`). If it does not answer, or the containers nobody used died
+  together (it restarted), the pool's *generation* moves on: sandboxes started before are lost, the ready
+  ones dropped, and :meth:`engine_fault` names the engine as the cause of the rollouts that ran in them.
+  New rollouts wait for the engine (``engine_wait_s``, then :class:`EngineGone`); once it answers again,
+  the pool removes what it stopped, retries the removals that failed and warms fresh containers.
 """
 
 from __future__ import annotations
 
 import asyncio
-import atexit
 import logging
-import os
-import signal
-import socket
-import threading
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any
 
-import docker
-import docker.errors
-import psutil
-
-from air.sandbox.config import LABEL, LABEL_HOST, LABEL_PID, LABEL_STARTED, SandboxConfig
-from air.sandbox.container import Sandbox, destroy_container, docker_client, live_container_ids, require_image
-from air.sandbox.errors import SandboxDied, SandboxError, SandboxImageMissing
+from air.sandbox.config import SandboxConfig
+from air.sandbox.container import Sandbox, docker_client, require_image, reset_docker_client
+from air.sandbox.engine import DOCKER_ERRORS, engine_answers, unreachable_message
+from air.sandbox.errors import (
+    EngineGone,
+    EngineUnreachable,
+    SandboxDied,
+    SandboxError,
+    SandboxesUnavailable,
+    SandboxImageMissing,
+    SandboxStartError,
+)
+from air.sandbox.removal import (
+    destroy_in_background,
+    install_exit_handlers,
+    note_failed_removal,
+    owned_filters,
+    reap_orphans,
+    remove_stopped_owned,
+    retry_failed_removals,
+)
 
 log = logging.getLogger(__name__)
 
-_destroyer = ThreadPoolExecutor(max_workers=4, thread_name_prefix="air-destroy")
-_pending: set[Future[Any]] = set()
-_pending_lock = threading.Lock()
-
-
-def destroy_in_background(sandbox_or_id: Sandbox | str) -> Future[Any]:
-    """Destroy a container on a worker thread; the caller never waits for Docker."""
-    if isinstance(sandbox_or_id, Sandbox):
-        sandbox_or_id.shell.close()
-        target: Any = sandbox_or_id.container
-    else:
-        target = sandbox_or_id
-    future = _destroyer.submit(destroy_container, target)
-    with _pending_lock:
-        _pending.add(future)
-    future.add_done_callback(_forget)
-    return future
-
-
-def _forget(future: Future[Any]) -> None:
-    with _pending_lock:
-        _pending.discard(future)
-    if future.exception() is not None:
-        log.warning("destroying a sandbox container failed: %s", future.exception())
-
-
-def owner_alive(labels: dict[str, str]) -> bool:
-    """Is the process named by a container's owner labels still the one that created it?"""
-    try:
-        pid = int(labels[LABEL_PID])
-        started = float(labels[LABEL_STARTED])
-        return abs(psutil.Process(pid).create_time() - started) < 1.0
-    except (KeyError, ValueError, psutil.Error):
-        return False
-
-
-def reap_orphans(client: docker.DockerClient | None = None) -> list[str]:
-    """Remove this host's air containers whose owning process has died; returns their ids.
-
-    Other processes (prime-rl's env workers, one per env) create and remove containers meanwhile: one
-    listed here may be gone before the SDK inspects it (``ignore_removed``). That race used to fail the
-    first rollout of a worker with a 404 for a sibling's container."""
-    client = client or docker_client()
-    filters = {"label": [f"{LABEL}=1", f"{LABEL_HOST}={socket.gethostname()}"]}
-    reaped = []
-    for container in client.containers.list(all=True, filters=filters, ignore_removed=True):
-        if not owner_alive(container.labels):
-            destroy_container(container)
-            reaped.append(container.id)
-    if reaped:
-        log.info("removed %d sandbox container(s) left by dead processes", len(reaped))
-    return reaped
-
-
-def cleanup_all(wait: bool = True) -> None:
-    """Remove every container this process still owns (idempotent, synchronous)."""
-    ids = live_container_ids()
-    try:  # also by label: a start cancelled mid-way may have left one untracked
-        filters = {"label": [f"{LABEL}=1", f"{LABEL_HOST}={socket.gethostname()}", f"{LABEL_PID}={os.getpid()}"]}
-        ids |= {c.id for c in docker_client().containers.list(all=True, filters=filters, ignore_removed=True)}
-    except (docker.errors.DockerException, SandboxError):
-        pass
-    for cid in ids:
-        try:
-            destroy_container(cid)
-        except docker.errors.DockerException as exc:
-            log.warning("could not remove sandbox container %s: %s", cid[:12], exc)
-    if wait:
-        with _pending_lock:
-            pending = list(_pending)
-        for future in pending:
-            future.exception()  # waits
-
-
-_handlers_installed = False
-
-
-def install_exit_handlers() -> None:
-    """Clean up at exit and on SIGTERM/SIGINT, chaining to whatever handler was there before."""
-    global _handlers_installed
-    if _handlers_installed:
-        return
-    _handlers_installed = True
-    atexit.register(cleanup_all)
-    if threading.current_thread() is not threading.main_thread():
-        return  # signal handlers can only be set from the main thread; atexit still runs
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        previous = signal.getsignal(signum)
-
-        def handler(sig: int, frame: Any, previous: Any = previous) -> None:
-            cleanup_all(wait=False)
-            if callable(previous):
-                previous(sig, frame)
-            elif previous == signal.SIG_IGN:
-                return
-            else:  # default action: die of the signal, as the process would have
-                signal.signal(sig, signal.SIG_DFL)
-                signal.raise_signal(sig)
-
-        signal.signal(signum, handler)
+ENGINE_POLL_S = 1.0  # how often a pool whose engine is away asks again
 
 
 class SandboxPool:
@@ -147,8 +60,16 @@ class SandboxPool:
         self._closed = False
         self._started = False
         self._start_lock = asyncio.Lock()
-        self._missing_image: SandboxImageMissing | None = None  # once seen, every acquire fails at once
+        self._unavailable: SandboxesUnavailable | None = None  # once seen, every acquire fails at once
         self.start_failures: list[str] = []
+        # The engine: generation moves on each time it is lost; sandboxes of an older one are dead.
+        self.generation = 0
+        self.engine_losses = 0
+        self._engine_ok = asyncio.Event()
+        self._engine_ok.set()
+        self._lost_at = 0.0
+        self._check: asyncio.Future[None] | None = None
+        self._recovery: asyncio.Task[None] | None = None
 
     async def start(self) -> SandboxPool:
         """Reap what dead runs left, install exit handlers, and begin filling the pool."""
@@ -157,16 +78,18 @@ class SandboxPool:
                 install_exit_handlers()
                 try:
                     await asyncio.to_thread(reap_orphans)
-                except docker.errors.DockerException as exc:  # housekeeping: never a reason to fail a rollout
+                except (*DOCKER_ERRORS, SandboxError) as exc:  # housekeeping: never a reason to fail a rollout
                     log.warning("could not reap containers of dead runs: %s", exc)
                 try:
                     await asyncio.to_thread(require_image, self.config)
                 except SandboxImageMissing as exc:
-                    self._missing_image = exc
+                    self._unavailable = exc
+                except SandboxStartError:
+                    await self._run_check()  # no engine yet: acquire waits for it
                 self._started = True
                 self._refill()
-        if self._missing_image is not None:
-            raise self._missing_image
+        if self._unavailable is not None:
+            raise self._unavailable
         return self
 
     async def __aenter__(self) -> SandboxPool:
@@ -176,9 +99,13 @@ class SandboxPool:
         await self.close()
 
     @property
-    def missing_image(self) -> SandboxImageMissing | None:
-        """Set once the image was found missing: every acquire fails with it from then on."""
-        return self._missing_image
+    def unavailable(self) -> SandboxesUnavailable | None:
+        """Set once no sandbox can start (the image is missing): every acquire fails with it from then on."""
+        return self._unavailable
+
+    @property
+    def engine_ok(self) -> bool:
+        return self._engine_ok.is_set()
 
     @property
     def ready_count(self) -> int:
@@ -197,33 +124,156 @@ class SandboxPool:
             await asyncio.sleep(0.02)
 
     async def acquire(self) -> Sandbox:
-        """A started sandbox for one rollout: warm if one is ready, else started now."""
+        """A started sandbox for one rollout: warm if one is ready, else started now. While the engine is
+        away it waits for it (``engine_wait_s``), then raises :class:`EngineGone`."""
         if self._closed:
             raise SandboxError("pool is closed")
         await self.start()  # once; raises SandboxImageMissing from then on if the image is missing
+        deadline = asyncio.get_running_loop().time() + self.config.engine_wait_s
         try:
-            while self._ready:
-                sandbox = self._ready.popleft()
+            while True:
+                await self._wait_for_engine(deadline)
                 try:
-                    check = await sandbox.run("true", timeout=5)
-                    if check.exit_code == 0:
-                        return sandbox
-                except SandboxDied:
-                    pass
-                destroy_in_background(sandbox)  # went bad while waiting
-            return await Sandbox.create(self.config)
-        except SandboxImageMissing as exc:  # removed while the pool ran: no point in starting more
-            self._missing_image = exc
-            raise
+                    return await self._take_or_start()
+                except SandboxImageMissing as exc:  # removed while the pool ran: no point in starting more
+                    self._unavailable = exc
+                    raise
+                except (SandboxError, *DOCKER_ERRORS) as exc:
+                    if await self.engine_fault(None, exc) is None:
+                        raise  # the engine answers: this failure is the container's own
         finally:
             self._refill()
+
+    async def _take_or_start(self) -> Sandbox:
+        while self._ready:
+            sandbox = self._ready.popleft()
+            try:
+                check = await sandbox.run("true", timeout=5)
+                if check.exit_code == 0:
+                    return sandbox
+            except SandboxDied as exc:
+                await self.engine_fault(sandbox, exc)  # one dead, maybe all: the engine is asked once
+            destroy_in_background(sandbox)  # went bad while waiting
+        generation = self.generation
+        sandbox = await Sandbox.create(self.config)
+        sandbox.generation = generation
+        return sandbox
 
     def release(self, sandbox: Sandbox) -> None:
         """Done with a sandbox: it is destroyed in the background, never reused."""
         destroy_in_background(sandbox)
 
+    # --- the engine -------------------------------------------------------------------------------
+
+    async def engine_fault(self, sandbox: Sandbox | None, exc: BaseException) -> EngineUnreachable | None:
+        """Was the failure ``exc`` (of a call in ``sandbox``, if any) the engine's doing? If so, the error
+        that says so, for the rollout's record; None if the engine answers and ``sandbox`` is of its
+        current generation (the failure is the container's own)."""
+        lost = sandbox is not None and sandbox.generation < self.generation
+        if not lost and self._engine_ok.is_set():
+            await self._check_engine()
+        lost = lost or not self._engine_ok.is_set() or (sandbox is not None and sandbox.generation < self.generation)
+        if not lost:
+            return None
+        fault = EngineUnreachable(f"{unreachable_message()}: the container and the work in it were lost")
+        fault.__cause__ = exc
+        return fault
+
+    async def _check_engine(self) -> None:
+        """Ask the engine once for all the calls that failed together."""
+        if self._check is None or self._check.done():
+            self._check = asyncio.ensure_future(self._run_check())
+        await asyncio.shield(self._check)
+
+    async def _run_check(self) -> None:
+        if not await asyncio.to_thread(engine_answers):
+            self._lose_engine(restarted=False)
+            return
+        if not self._ready:
+            return
+        try:
+            running = await asyncio.to_thread(self._running_ids)
+        except (*DOCKER_ERRORS, SandboxError):
+            self._lose_engine(restarted=False)
+            return
+        if any(sandbox.id not in running for sandbox in self._ready):
+            # Containers nobody used died together: the engine restarted between two of our calls.
+            self._lose_engine(restarted=True)
+
+    def _running_ids(self) -> set[str]:
+        filters = {**owned_filters(), "status": ["running"]}
+        return {c.id for c in docker_client().containers.list(filters=filters, ignore_removed=True)}
+
+    def _lose_engine(self, restarted: bool) -> None:
+        if not self._engine_ok.is_set():
+            return
+        loop = asyncio.get_running_loop()
+        self._engine_ok.clear()
+        self.generation += 1
+        self.engine_losses += 1
+        self._lost_at = loop.time()
+        for sandbox in self._ready:  # started before: dead, or (engine cut off) to be removed once it answers
+            sandbox.shell.close()
+            note_failed_removal(sandbox.id)
+        self._ready.clear()
+        what = "restarted and stopped its containers" if restarted else "stopped answering"
+        log.warning(
+            "Docker engine at %s %s: the rollouts in its containers are lost; new rollouts wait up to %g s for it",
+            unreachable_message().removeprefix("Docker engine unreachable at "),
+            what,
+            self.config.engine_wait_s,
+        )
+        if self._recovery is None or self._recovery.done():
+            self._recovery = loop.create_task(self._await_engine())
+
+    async def _await_engine(self) -> None:
+        while not self._closed:
+            if await asyncio.to_thread(engine_answers):
+                await self._engine_back()
+                return
+            await asyncio.sleep(ENGINE_POLL_S)
+
+    async def _engine_back(self) -> None:
+        reset_docker_client()  # no pooled connection from before the restart
+        removed = failing = 0
+        try:
+            removed += await asyncio.to_thread(remove_stopped_owned)
+            done, failing = await asyncio.to_thread(retry_failed_removals)
+            removed += done
+            await asyncio.to_thread(require_image, self.config)  # another engine may lack it
+        except SandboxImageMissing as exc:
+            self._unavailable = exc
+        except (*DOCKER_ERRORS, SandboxError) as exc:
+            log.warning("cleaning up after the Docker engine came back failed: %s", exc)
+        waited = asyncio.get_running_loop().time() - self._lost_at
+        log.warning(
+            "Docker engine answers again after %.0f s: removed %d container(s) it had stopped%s; starting fresh ones",
+            waited,
+            removed,
+            f" ({failing} removal(s) still failing)" if failing else "",
+        )
+        self._engine_ok.set()
+        self._refill()
+
+    async def _wait_for_engine(self, deadline: float) -> None:
+        if self._engine_ok.is_set():
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            await asyncio.wait_for(self._engine_ok.wait(), max(0.0, deadline - loop.time()))
+        except TimeoutError:
+            raise EngineGone(
+                f"{unreachable_message()} for {loop.time() - self._lost_at:.0f} s (the env's engine_wait is "
+                f"{self.config.engine_wait_s:g} s): no sandbox can start. Start the engine (`systemctl start "
+                "docker` or `dockerd &`) and run again."
+            ) from None
+        if self._unavailable is not None:
+            raise self._unavailable
+
+    # --- warm sandboxes ---------------------------------------------------------------------------
+
     def _refill(self) -> None:
-        if self._closed or self._missing_image is not None:
+        if self._closed or self._unavailable is not None or not self._engine_ok.is_set():
             return
         while len(self._ready) + self._starting < self.size:
             self._starting += 1
@@ -232,31 +282,36 @@ class SandboxPool:
             task.add_done_callback(self._tasks.discard)
 
     async def _start_one(self) -> None:
+        generation = self.generation
         try:
             async with self._start_slots:
                 sandbox = await Sandbox.create(self.config)
-            if self._closed:
+            sandbox.generation = generation
+            if self._closed or generation != self.generation:  # the engine was lost meanwhile
                 destroy_in_background(sandbox)
             else:
                 self._ready.append(sandbox)
                 self.start_failures.clear()
         except SandboxImageMissing as exc:
-            self._missing_image = exc
+            self._unavailable = exc
             self.start_failures.append(str(exc))
-        except SandboxError as exc:
-            self.start_failures.append(str(exc))
-            log.warning("starting a sandbox failed: %s", exc)
+        except (SandboxError, *DOCKER_ERRORS) as exc:
+            if await self.engine_fault(None, exc) is None:  # an engine lost is said once, by the pool
+                self.start_failures.append(str(exc))
+                log.warning("starting a sandbox failed: %s", exc)
         finally:
             self._starting -= 1
 
     async def close(self) -> None:
         """Stop filling and destroy the ready sandboxes (in-use ones belong to their holders)."""
         self._closed = True
-        for task in list(self._tasks):
+        for task in [*self._tasks, *([self._recovery] if self._recovery else [])]:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*self._tasks, *([self._recovery] if self._recovery else []), return_exceptions=True)
         futures = self._destroy_ready()
         await asyncio.gather(*(asyncio.wrap_future(f) for f in futures), return_exceptions=True)
+        if self._engine_ok.is_set():
+            await asyncio.to_thread(retry_failed_removals)
 
     def abandon(self) -> None:
         """Give up a pool whose event loop is gone: stop filling, destroy its ready sandboxes on threads."""

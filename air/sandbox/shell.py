@@ -17,6 +17,7 @@ import docker
 import docker.errors
 from docker.models.containers import Container
 
+from air.sandbox.engine import DOCKER_ERRORS
 from air.sandbox.errors import SandboxDied
 from air.sandbox.protocol import (
     SHELL_ARGV,
@@ -130,7 +131,7 @@ class Shell:
 
         try:
             self._sock, self._sock_owner = await asyncio.to_thread(_open)
-        except docker.errors.DockerException as exc:
+        except DOCKER_ERRORS as exc:
             raise SandboxDied(f"cannot start a shell in container {self._container.short_id}: {exc}") from exc
         self._decoder = FrameDecoder()
         loop = asyncio.get_running_loop()
@@ -232,7 +233,7 @@ class Shell:
 
         try:
             await asyncio.to_thread(_kill)
-        except docker.errors.DockerException as exc:
+        except DOCKER_ERRORS as exc:
             raise await self._died(f"cannot interrupt command: {exc}") from exc
         # The interrupted line's own marker may or may not come; the recovery marker always does.
         recovery = new_nonce()
@@ -259,7 +260,7 @@ class Shell:
                 why += f"; container {status} (exit code {state.get('ExitCode')}, OOMKilled={state.get('OOMKilled')})"
         except docker.errors.NotFound:
             why += "; container no longer exists"
-        except docker.errors.DockerException as exc:
+        except DOCKER_ERRORS as exc:
             why += f"; container state unknown: {exc}"
         return SandboxDied(f"{why} [container {self._container.short_id}]")
 
@@ -267,5 +268,8 @@ class Shell:
         old_pid, cwd = self.pid, self.cwd
         self.close()
         if old_pid:
-            await asyncio.to_thread(self._container.exec_run, ["kill", "-KILL", str(old_pid)], user="root")
+            try:
+                await asyncio.to_thread(self._container.exec_run, ["kill", "-KILL", str(old_pid)], user="root")
+            except DOCKER_ERRORS as exc:
+                raise SandboxDied(f"cannot restart the shell: {exc}") from exc
         await self.start(cwd=cwd)

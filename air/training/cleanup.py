@@ -20,7 +20,7 @@ import psutil
 from air.sandbox.config import LABEL, LABEL_HOST, LABEL_PID, LABEL_RUN
 from air.sandbox.container import destroy_container, docker_client
 from air.sandbox.errors import SandboxError
-from air.sandbox.pool import owner_alive
+from air.sandbox.removal import owner_alive
 from air.training.process_control import (
     describe,
     live_processes,

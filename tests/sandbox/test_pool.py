@@ -14,7 +14,8 @@ import docker
 import pytest
 
 from air.sandbox.config import LABEL_PID, SandboxConfig
-from air.sandbox.pool import SandboxPool, reap_orphans
+from air.sandbox.pool import SandboxPool
+from air.sandbox.removal import reap_orphans
 
 pytestmark = pytest.mark.docker
 
@@ -184,7 +185,7 @@ async def test_start_reaps_orphans(sandbox_config: SandboxConfig) -> None:
 async def test_a_failed_reap_does_not_fail_the_rollout_that_started_the_pool(
     sandbox_config: SandboxConfig, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    import air.sandbox.pool as pool_module
+    import air.sandbox.pool as pool_module  # reap_orphans as the pool calls it
 
     def engine_hiccup(client=None):
         raise docker.errors.APIError("500 Server Error: the engine was busy")
