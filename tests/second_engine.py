@@ -24,9 +24,7 @@ class SecondEngine:
 
     def _script(self, *args: str, timeout: float = 300) -> None:
         env = {k: v for k, v in os.environ.items() if k != "DOCKER_HOST"}  # `docker save` reads the main one
-        result = subprocess.run(
-            ["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=timeout
-        )
+        result = subprocess.run(["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=timeout)
         if result.returncode != 0:
             raise RuntimeError(f"second_docker_engine.sh {' '.join(args)} failed: {result.stderr[-2000:]}")
 

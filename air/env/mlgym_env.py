@@ -70,12 +70,12 @@ class MLGymEnv(vf.MultiTurnEnv):
         try:
             rollout = self.core.new_rollout(task_name_of(state))
         except EnvFault as exc:
-            raise vf.SandboxError(str(exc)) from exc
+            raise masked(exc) from None
         state[STATE_KEY] = rollout
         try:
             await self.core.start(rollout)
         except EnvFault as exc:
-            raise vf.SandboxError(str(exc)) from exc
+            raise masked(exc) from None
         return state
 
     async def env_response(self, messages: vf.Messages, state: vf.State, **kwargs: Any) -> vf.Messages:
@@ -84,7 +84,7 @@ class MLGymEnv(vf.MultiTurnEnv):
         try:
             observation, final = await self.core.play(rollout, text)
         except EnvFault as exc:
-            raise vf.SandboxError(str(exc)) from exc
+            raise masked(exc) from None
         reply = [{"role": "user", "content": observation}]
         if final:
             state["final_env_response"] = reply
@@ -112,7 +112,7 @@ class MLGymEnv(vf.MultiTurnEnv):
                 if observation is not None:
                     state["final_env_response"] = [{"role": "user", "content": observation}]
         except EnvFault as exc:
-            state["error"] = vf.SandboxError(str(exc))
+            state["error"] = masked(exc)
         except Exception as exc:  # cleanup must never raise into verifiers
             log.exception("unexpected failure finishing a rollout")
             state["error"] = vf.SandboxError(f"finishing the rollout failed unexpectedly: {exc!r}")
@@ -129,6 +129,15 @@ class MLGymEnv(vf.MultiTurnEnv):
     @vf.teardown
     async def remove_containers(self) -> None:
         self.core.shutdown()
+
+
+def masked(fault: EnvFault) -> vf.SandboxError:
+    """The error that masks a rollout: verifiers logs its chain of causes on one console line, so the
+    chain hangs off ``__context__`` instead, where the trajectory's ``error_chain`` and the log find it."""
+    error = vf.SandboxError(str(fault))
+    error.__context__ = fault
+    error.__suppress_context__ = True
+    return error
 
 
 def _labels(state: vf.State) -> RolloutLabels:

@@ -29,7 +29,7 @@ from air.env.actions import message_text, parse_action
 from air.env.metrics import metric_value, task_name_of
 from air.env.trajectories import TrajectoryError, TrajectoryRecord
 from air.env.trajectory_reader import load_trajectory, recorded_commands
-from air.runs.standalone import StandaloneSettings, group_advantages
+from air.runs.standalone import StandaloneSettings, group_advantages, masked_cause
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ def _row(output: dict[str, Any], advantage: float | None) -> SampleRow:
         validates=_int(metric("validates")),
         exit_status=record.exit_status if record is not None else None,
         stop_condition=output.get("stop_condition"),
-        error=(error.get("error") if isinstance(error, dict) else str(error)) if error else None,
+        error=masked_cause(error) if error else None,
         commands=_join(commands),
         trajectory=path,
     )
@@ -203,7 +203,8 @@ class WandbStepLogger:
         for outputs in groups[: self.sample_groups_per_step]:
             room = self.max_sample_rows - len(self.rows)
             self.rows += sample_rows(outputs)[: max(room, 0)]
-        data = {PREFIX + key: value for key, value in stats.items() if key != "step"}
+        # Numbers only: the causes of masked rollouts are in the samples table, one per rollout.
+        data = {PREFIX + key: value for key, value in stats.items() if key != "step" and not isinstance(value, dict)}
         if self.table_every and (step + 1) % self.table_every == 0:
             data[TABLE_KEY] = self._table()
         self._guard("log a step", lambda: self._run.log(data, step=step))

@@ -23,9 +23,10 @@ def _no_nan(text: str) -> object:
     return json.loads(text, parse_constant=refuse)
 
 
-def _start(engine: SecondEngine, out: Path, run_id: str, *args: str) -> subprocess.Popen[str]:
+def _start(engine: SecondEngine, out: Path, run_id: str, steps: int, *args: str) -> subprocess.Popen[str]:
     env = {**os.environ, "DOCKER_HOST": engine.address, "COLUMNS": "100"}
-    argv = [sys.executable, "-m", "air.run_training", "standalone", "--steps", "4", "--output-dir", str(out)]
+    argv = [sys.executable, "-m", "air.run_training", "standalone", "--steps", str(steps), "--output-dir", str(out)]
+    argv += ["--batch-size", "4", "--rollouts-per-example", "2"]
     argv += ["--env-arg", f"image={engine.image}", "--env-arg", f"run_id={run_id}", *args]
     return subprocess.Popen(argv, env=env, cwd=out.parent, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -47,7 +48,7 @@ def test_an_engine_restart_masks_at_most_one_step_and_leaves_nothing(
 ) -> None:
     second_engine.start()
     out, run_id = tmp_path / "run", f"test-restart-{secrets.token_hex(4)}"
-    process = _start(second_engine, out, run_id, "--env-arg", "engine_wait=180")
+    process = _start(second_engine, out, run_id, 3, "--env-arg", "engine_wait=180")
     try:
         _wait_for_steps(out, 1, process)
         time.sleep(2)  # into the second step: rollouts are running commands
@@ -59,7 +60,7 @@ def test_an_engine_restart_masks_at_most_one_step_and_leaves_nothing(
         process.kill()
     assert process.returncode == 0, console
     steps = [_no_nan(line) for line in (out / "steps.jsonl").read_text().splitlines()]
-    assert [s["step"] for s in steps] == [0, 1, 2, 3]
+    assert [s["step"] for s in steps] == [0, 1, 2]
     hit = [s["step"] for s in steps if s["masked"]]
     assert len(hit) <= 1, f"more than one step lost rollouts: {hit}"
     assert all(s["masked"] == 0 for s in steps if s["step"] > (hit or [0])[0]), "the steps after it must be whole"
@@ -85,7 +86,7 @@ def test_an_engine_that_does_not_come_back_stops_the_run_and_the_next_run_reaps(
 ) -> None:
     second_engine.start()
     out, run_id = tmp_path / "run", f"test-gone-{secrets.token_hex(4)}"
-    process = _start(second_engine, out, run_id, "--env-arg", "engine_wait=5")
+    process = _start(second_engine, out, run_id, 3, "--env-arg", "engine_wait=5")
     try:
         _wait_for_steps(out, 1, process)
         time.sleep(2)
@@ -99,7 +100,7 @@ def test_an_engine_that_does_not_come_back_stops_the_run_and_the_next_run_reaps(
     assert len(errors) == 1 and f"Docker engine unreachable at {second_engine.address}" in errors[0], console
     assert "Traceback" not in console and len(console.splitlines()) < 50, console
     summary = _no_nan((out / "summary.json").read_text())
-    assert summary["status"] == "stopped" and summary["steps_run"] < 4 and "engine_wait" in summary["stopped_by"]
+    assert summary["status"] == "stopped" and summary["steps_run"] < 3 and "engine_wait" in summary["stopped_by"]
     # The engine kept the containers it stopped (their removal failed while it was away); the next run's
     # pool removes them when it starts, as their owner is dead.
     assert second_engine.containers(run_id)
