@@ -285,6 +285,8 @@ class SandboxPool:
         generation = self.generation
         try:
             async with self._start_slots:
+                if self._closed:
+                    return
                 sandbox = await Sandbox.create(self.config)
             sandbox.generation = generation
             if self._closed or generation != self.generation:  # the engine was lost meanwhile
@@ -305,9 +307,14 @@ class SandboxPool:
     async def close(self) -> None:
         """Stop filling and destroy the ready sandboxes (in-use ones belong to their holders)."""
         self._closed = True
-        for task in [*self._tasks, *([self._recovery] if self._recovery else [])]:
+        if self._recovery is not None:
+            self._recovery.cancel()
+            await asyncio.gather(self._recovery, return_exceptions=True)
+        # Starts under way finish and remove what they made: cancelled, the Docker call would still create
+        # a container on its thread, one nobody tracks any more.
+        _, late = await asyncio.wait(self._tasks, timeout=60) if self._tasks else (set(), set())
+        for task in late:
             task.cancel()
-        await asyncio.gather(*self._tasks, *([self._recovery] if self._recovery else []), return_exceptions=True)
         futures = self._destroy_ready()
         await asyncio.gather(*(asyncio.wrap_future(f) for f in futures), return_exceptions=True)
         if self._engine_ok.is_set():

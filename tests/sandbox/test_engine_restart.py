@@ -96,3 +96,20 @@ async def test_an_engine_that_stays_away_stops_new_rollouts_after_the_wait(engin
         assert (await sandbox.run("echo ok")).output.strip() == "ok"
         pool.release(sandbox)
     assert await _until_none_left(engine, config.run_id) == []
+
+
+async def test_one_container_dying_is_not_blamed_on_the_engine(sandbox_config: SandboxConfig) -> None:
+    """The engine answers and the other containers run: the death is the container's own (its message,
+    not the engine's), and the pool's generation stays."""
+    async with SandboxPool(sandbox_config, size=1) as pool:
+        await pool.wait_ready()
+        sandbox = await pool.acquire()
+        await asyncio.to_thread(sandbox.container.kill)
+        with pytest.raises(SandboxDied) as died:
+            await sandbox.run("echo gone")
+        assert await pool.engine_fault(sandbox, died.value) is None
+        assert pool.engine_losses == 0 and pool.generation == 0 and pool.engine_ok
+        pool.release(sandbox)
+        fresh = await pool.acquire()  # the ready one still runs: handed out as usual
+        assert (await fresh.run("echo ok")).output.strip() == "ok"
+        pool.release(fresh)
