@@ -282,7 +282,22 @@ def destroy_container(container: Container | str, client: docker.DockerClient | 
         container.remove(force=True, v=True)
     except docker.errors.NotFound:
         pass
+    except docker.errors.APIError as exc:
+        if exc.status_code != 409 or "in progress" not in str(exc):
+            raise
+        _wait_gone(cid, client)  # another process removes it (a sibling run reaping the same orphan)
     _live.discard(cid)
+
+
+def _wait_gone(container_id: str, client: docker.DockerClient | None, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            (client or docker_client()).containers.get(container_id)
+        except docker.errors.NotFound:
+            return
+        time.sleep(0.2)
+    raise SandboxError(f"container {container_id[:12]} was still being removed after {timeout_s:g} s")
 
 
 def live_container_ids() -> set[str]:

@@ -131,7 +131,11 @@ def reap_orphans(client: docker.DockerClient | None = None) -> list[str]:
     reaped = []
     for container in client.containers.list(all=True, filters=filters, ignore_removed=True):
         if not owner_alive(container.labels):
-            destroy_container(container)
+            try:
+                destroy_container(container)
+            except (*DOCKER_ERRORS, SandboxError) as exc:  # one container's failure leaves the others to reap
+                log.warning("could not remove container %s of a dead run: %s", container.short_id, exc)
+                continue
             reaped.append(container.id)
     if reaped:
         log.info("removed %d sandbox container(s) left by dead processes", len(reaped))

@@ -196,3 +196,32 @@ async def test_a_failed_reap_does_not_fail_the_rollout_that_started_the_pool(
         assert (await sandbox.run("echo ok")).output.strip() == "ok"
         pool.release(sandbox)
     assert "could not reap containers of dead runs" in caplog.text
+
+
+def test_removing_a_container_another_process_is_removing_succeeds(docker_image: str) -> None:
+    """Two runs on one host reap the same orphan at once: the engine answers the second removal with 409
+    'removal already in progress'. That is success (it waits until the container is gone), not an error that
+    stops the reaping of the rest (seen: a suite beside this one made test_start_reaps_orphans fail)."""
+    import threading
+
+    from air.sandbox.container import destroy_container
+
+    client = docker.from_env()
+    for _ in range(3):
+        container = client.containers.run(docker_image, ["sleep", "100"], detach=True, init=True, network_mode="none")
+        errors: list[BaseException] = []
+
+        def remove(container_id: str = container.id, errors: list[BaseException] = errors) -> None:
+            try:
+                destroy_container(container_id)
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=remove) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        with pytest.raises(docker.errors.NotFound):
+            client.containers.get(container.id)
