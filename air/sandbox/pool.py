@@ -22,7 +22,7 @@ from typing import Any
 
 from air.sandbox.config import SandboxConfig
 from air.sandbox.container import Sandbox, docker_client, require_image, reset_docker_client
-from air.sandbox.engine import DOCKER_ERRORS, engine_answers, unreachable_message
+from air.sandbox.engine import DOCKER_ERRORS, engine_address, engine_answers, unreachable_message
 from air.sandbox.errors import (
     EngineGone,
     EngineUnreachable,
@@ -154,6 +154,10 @@ class SandboxPool:
             except SandboxDied as exc:
                 await self.engine_fault(sandbox, exc)  # one dead, maybe all: the engine is asked once
             destroy_in_background(sandbox)  # went bad while waiting
+        return await self._create()
+
+    async def _create(self) -> Sandbox:
+        """A new container, stamped with the engine generation it was started in."""
         generation = self.generation
         sandbox = await Sandbox.create(self.config)
         sandbox.generation = generation
@@ -169,15 +173,17 @@ class SandboxPool:
         """Was the failure ``exc`` (of a call in ``sandbox``, if any) the engine's doing? If so, the error
         that says so, for the rollout's record; None if the engine answers and ``sandbox`` is of its
         current generation (the failure is the container's own)."""
-        lost = sandbox is not None and sandbox.generation < self.generation
-        if not lost and self._engine_ok.is_set():
+        if self._engine_ok.is_set() and not self._outlived(sandbox):
             await self._check_engine()
-        lost = lost or not self._engine_ok.is_set() or (sandbox is not None and sandbox.generation < self.generation)
-        if not lost:
+        if self._engine_ok.is_set() and not self._outlived(sandbox):
             return None
         fault = EngineUnreachable(f"{unreachable_message()}: the container and the work in it were lost")
         fault.__cause__ = exc
         return fault
+
+    def _outlived(self, sandbox: Sandbox | None) -> bool:
+        """Was ``sandbox`` started before the engine was last lost (so it is gone with it)?"""
+        return sandbox is not None and sandbox.generation < self.generation
 
     async def _check_engine(self) -> None:
         """Ask the engine once for all the calls that failed together."""
@@ -219,7 +225,7 @@ class SandboxPool:
         what = "restarted and stopped its containers" if restarted else "stopped answering"
         log.warning(
             "Docker engine at %s %s: the rollouts in its containers are lost; new rollouts wait up to %g s for it",
-            unreachable_message().removeprefix("Docker engine unreachable at "),
+            engine_address(),
             what,
             self.config.engine_wait_s,
         )
@@ -282,14 +288,12 @@ class SandboxPool:
             task.add_done_callback(self._tasks.discard)
 
     async def _start_one(self) -> None:
-        generation = self.generation
         try:
             async with self._start_slots:
                 if self._closed:
                     return
-                sandbox = await Sandbox.create(self.config)
-            sandbox.generation = generation
-            if self._closed or generation != self.generation:  # the engine was lost meanwhile
+                sandbox = await self._create()
+            if self._closed or self._outlived(sandbox):  # the engine was lost meanwhile
                 destroy_in_background(sandbox)
             else:
                 self._ready.append(sandbox)

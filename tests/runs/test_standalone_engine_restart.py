@@ -41,24 +41,37 @@ def _wait_for_steps(out: Path, count: int, process: subprocess.Popen[str], timeo
     raise AssertionError(f"{count} step(s) not written; the run: {process.poll()}")
 
 
+def _run_with_engine_stopped(
+    engine: SecondEngine, out: Path, run_id: str, engine_wait: float, back_after_s: float | None, timeout_s: float
+) -> tuple[int, str]:
+    """`air standalone` for 3 steps; the engine stops 2 s into the second (rollouts are running commands)
+    and, with ``back_after_s``, starts again that much later. Returns the exit status and the console."""
+    engine.start()
+    process = _start(engine, out, run_id, 3, "--env-arg", f"engine_wait={engine_wait:g}")
+    try:
+        _wait_for_steps(out, 1, process)
+        time.sleep(2)
+        engine.stop()
+        if back_after_s is not None:
+            time.sleep(back_after_s)
+            engine.start()
+        console, _ = process.communicate(timeout=timeout_s)
+    finally:
+        process.kill()
+        engine.start()  # a no-op when it answers
+    return process.returncode, console
+
+
 @pytest.mark.docker
 @pytest.mark.timeout(600)
 def test_an_engine_restart_masks_at_most_one_step_and_leaves_nothing(
     second_engine: SecondEngine, tmp_path: Path
 ) -> None:
-    second_engine.start()
     out, run_id = tmp_path / "run", f"test-restart-{secrets.token_hex(4)}"
-    process = _start(second_engine, out, run_id, 3, "--env-arg", "engine_wait=180")
-    try:
-        _wait_for_steps(out, 1, process)
-        time.sleep(2)  # into the second step: rollouts are running commands
-        second_engine.stop()
-        time.sleep(3)
-        second_engine.start()
-        console, _ = process.communicate(timeout=400)
-    finally:
-        process.kill()
-    assert process.returncode == 0, console
+    returncode, console = _run_with_engine_stopped(
+        second_engine, out, run_id, engine_wait=180, back_after_s=3, timeout_s=400
+    )
+    assert returncode == 0, console
     steps = [_no_nan(line) for line in (out / "steps.jsonl").read_text().splitlines()]
     assert [s["step"] for s in steps] == [0, 1, 2]
     hit = [s["step"] for s in steps if s["masked"]]
@@ -84,18 +97,11 @@ def test_an_engine_restart_masks_at_most_one_step_and_leaves_nothing(
 def test_an_engine_that_does_not_come_back_stops_the_run_and_the_next_run_reaps(
     second_engine: SecondEngine, tmp_path: Path
 ) -> None:
-    second_engine.start()
     out, run_id = tmp_path / "run", f"test-gone-{secrets.token_hex(4)}"
-    process = _start(second_engine, out, run_id, 3, "--env-arg", "engine_wait=5")
-    try:
-        _wait_for_steps(out, 1, process)
-        time.sleep(2)
-        second_engine.stop()
-        console, _ = process.communicate(timeout=300)
-    finally:
-        process.kill()
-        second_engine.start()
-    assert process.returncode == 1, console
+    returncode, console = _run_with_engine_stopped(
+        second_engine, out, run_id, engine_wait=5, back_after_s=None, timeout_s=300
+    )
+    assert returncode == 1, console
     errors = [line for line in console.splitlines() if line.startswith("air: error:")]
     assert len(errors) == 1 and f"Docker engine unreachable at {second_engine.address}" in errors[0], console
     assert "Traceback" not in console and len(console.splitlines()) < 50, console
