@@ -14,7 +14,8 @@ from collections.abc import Callable, Sequence
 
 from air.cli.errors import CommandError
 from air.cli.rehearse import register_rehearse
-from air.cli.runs import register_policy_server, register_replay, register_standalone, register_tiny_model
+from air.cli.replay import register_replay
+from air.cli.runs import register_policy_server, register_standalone, register_tiny_model
 from air.cli.sandbox import register_build_image
 from air.cli.tasks import register_demo, register_tasks
 from air.cli.training import register_check, register_clean, register_train
