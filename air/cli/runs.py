@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from air.agents.policies import SPECS, PolicySpecError
+from air.agents.policies import SPECS, PolicySpecError, make_policy
 from air.agents.server import PolicyServerError, serve_forever
 from air.agents.tiny_model import TinyModelError
 from air.cli.errors import CommandError
+from air.cli.help import DefaultsHelpFormatter
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -74,74 +77,103 @@ def register_standalone(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "standalone",
         help="run GRPO-style steps of rollouts without prime-rl or a GPU (scripted agent or any endpoint)",
+        description=cmd_standalone.__doc__,
+        formatter_class=DefaultsHelpFormatter,
     )
-    parser.add_argument("--task", action="append", dest="tasks", help="a task (repeatable; default: laneMerge)")
-    parser.add_argument("--task-root", help="an MLGym checkout (default: $MLGYM_ROOT, else built-in tasks)")
-    parser.add_argument("--env", default="air_mlgym", help="env id: air_mlgym, or simple_env (no Docker)")
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--batch-size", type=int, default=8, help="rollouts per step")
-    parser.add_argument("--rollouts-per-example", type=int, default=4, help="group size")
-    parser.add_argument("--max-turns", type=int, default=10)
-    parser.add_argument("--policy", default="noisy", help="scripted agent: baseline|improve|noisy|replay:PATH")
-    parser.add_argument("--base-url", help="OpenAI-compatible endpoint (.../v1); default: the scripted agent")
-    parser.add_argument("--model", help="model name at the endpoint")
     parser.add_argument(
-        "--vllm-model", metavar="MODEL_DIR", help="scripted agent's server answers like vLLM serving MODEL_DIR"
+        "--task", action="append", dest="tasks", help="a task (repeatable); default: laneMerge (simple_env: dial)"
+    )
+    parser.add_argument("--task-root", help="an MLGym checkout; default: $MLGYM_ROOT, else the built-in tasks")
+    parser.add_argument("--env", default="air_mlgym", help="env id: air_mlgym, or simple_env (no Docker)")
+    parser.add_argument("--steps", type=int, default=10, help="steps to run")
+    parser.add_argument("--batch-size", type=int, default=8, help="rollouts per step")
+    parser.add_argument("--rollouts-per-example", type=int, default=4, help="group size (rollouts of one example)")
+    parser.add_argument("--max-turns", type=int, default=10, help="model replies per rollout")
+    parser.add_argument(
+        "--policy", default="noisy", help=f"scripted agent when no --base-url is given: {', '.join(SPECS)}"
+    )
+    parser.add_argument("--base-url", help="OpenAI-compatible endpoint (.../v1); default: the scripted agent")
+    parser.add_argument("--model", help="model name at the endpoint; default: 'default'")
+    parser.add_argument(
+        "--vllm-model", metavar="MODEL_DIR", help="the scripted agent's server answers like vLLM serving MODEL_DIR"
     )
     parser.add_argument("--api-key-var", default="OPENAI_API_KEY", help="env var holding the endpoint's key")
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--max-tokens", type=int)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output-dir", help="where rollouts and summary.json go (default: outputs/standalone/<time>)")
+    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
+    parser.add_argument("--max-tokens", type=int, help="most tokens per reply; default: the endpoint's")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the env and of the scripted agent")
+    parser.add_argument("--output-dir", help="the run's folder, new or empty; default: outputs/standalone/<time>-<id>")
     parser.add_argument(
-        "--env-arg", action="append", default=[], metavar="KEY=JSON", help="extra env argument (repeatable)"
+        "--overwrite", action="store_true", help="replace the run already in --output-dir (only a run's own files)"
+    )
+    parser.add_argument(
+        "--env-arg",
+        action="append",
+        default=[],
+        metavar="KEY=JSON",
+        help="extra env argument, repeatable: a JSON value, or a bare word taken as a string",
     )
     parser.add_argument(
         "--wandb",
         action="store_true",
         help="also log steps and sample rollouts to Weights & Biases (pip install 'air-agent[wandb]')",
     )
-    parser.add_argument("--wandb-project", help="W&B project (default: $WANDB_PROJECT, else air-agent)")
-    parser.add_argument("--wandb-name", help="W&B run name (default: $WANDB_NAME, else W&B's)")
+    parser.add_argument("--wandb-project", help="W&B project; default: $WANDB_PROJECT, else air-agent")
+    parser.add_argument("--wandb-name", help="W&B run name; default: $WANDB_NAME, else W&B's")
     parser.add_argument(
         "--wandb-table-every",
         type=int,
         default=0,
         metavar="N",
-        help="also log the samples table every N steps (default: only at the end)",
+        help="also log the samples table every N steps (0: only at the end)",
     )
     parser.set_defaults(func=cmd_standalone)
 
 
+def parse_env_arg(item: str) -> tuple[str, Any]:
+    """``KEY=JSON``. A value that starts like JSON (brackets, braces, quotes) must be valid JSON: a typo
+    there is an error, not silently a string; any other value that is not JSON is a plain string."""
+    key, sep, value = item.partition("=")
+    if not sep or not key.strip():
+        raise CommandError(f"--env-arg {item!r}: expected KEY=VALUE")
+    try:
+        return key.strip(), json.loads(value)
+    except json.JSONDecodeError as exc:
+        if value.lstrip()[:1] in ("[", "{", '"'):
+            raise CommandError(f"--env-arg {item!r}: the value is not valid JSON ({exc})") from None
+        return key.strip(), value
+
+
 def cmd_standalone(args: argparse.Namespace) -> int:
+    """Run steps of groups of rollouts of the env, as prime-rl's orchestrator would, and compute what its
+    trainer would see (GRPO advantages, reward statistics). The agent is a scripted policy behind a real
+    OpenAI-compatible server on loopback, or any endpoint (--base-url). Writes trajectories/, steps.jsonl,
+    summary.json and run.log into the run's folder, printed at the start. Exit status: 0 when every step
+    ran and some rollout was not masked, 1 otherwise, 130 on Ctrl-C."""
     import asyncio
-    import json
 
     from pydantic import ValidationError
     from rich.console import Console
 
+    from air.runs.run_folder import RunFolderError
     from air.runs.run_log import console_lines
     from air.runs.standalone import StandaloneSettings, run_standalone
     from air.runs.standalone_view import StandaloneProgress
     from air.sandbox.errors import SandboxesUnavailable
 
-    env_args = {}
-    for item in args.env_arg:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise CommandError(f"--env-arg {item!r}: expected KEY=VALUE")
-        try:
-            env_args[key] = json.loads(value)
-        except json.JSONDecodeError:
-            env_args[key] = value
-    # The flags are named as the settings' fields; env_args and the default task are filled in here.
+    env_args = dict(parse_env_arg(item) for item in args.env_arg)
+    # The flags are named as the settings' fields; env_args is filled in here.
     fields = {name: getattr(args, name) for name in StandaloneSettings.model_fields if hasattr(args, name)}
-    fields.update(tasks=args.tasks or ["laneMerge"], env_args=env_args)
+    fields.update(env_args=env_args)
     try:
         settings = StandaloneSettings(**fields)
     except ValidationError as exc:
-        problems = [f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors()]
+        problems = [_problem(e) for e in exc.errors()]
         raise CommandError("; ".join(problems)) from None
+    if settings.base_url is None:
+        try:
+            make_policy(settings.policy)  # a bad spec fails here, before any folder or container
+        except PolicySpecError as exc:
+            raise CommandError(str(exc)) from exc
     loggers = []
     if args.wandb:
         from air.runs.wandb_logging import WandbStepLogger, WandbUnavailable
@@ -152,17 +184,26 @@ def cmd_standalone(args: argparse.Namespace) -> int:
             )
         except WandbUnavailable as exc:
             raise CommandError(str(exc)) from exc
-    # One folder for the whole run, fixed now: the summary is found there if the run stops.
-    settings = settings.model_copy(update={"output_dir": str(settings.resolved_output_dir())})
+    try:  # the run's folder, claimed now: printed first, and its summary is found there if the run stops
+        folder = settings.open_run_folder()
+    except RunFolderError as exc:
+        raise CommandError(str(exc)) from exc
     console = Console()
-    view = StandaloneProgress(console, settings)
+    view = StandaloneProgress(console, settings, folder.path)
     try:
         with console_lines(), view:
             summary = asyncio.run(
-                run_standalone(settings, on_step=view.step_done, on_rollout=view.rollout_done, loggers=loggers)
+                run_standalone(
+                    settings,
+                    on_step=view.step_done,
+                    on_rollout=view.rollout_done,
+                    loggers=loggers,
+                    folder=folder,
+                    on_start=view.start,
+                )
             )
     except SandboxesUnavailable as exc:  # the run stopped: its summary says how far it got
-        _print_stopped(console, settings)
+        _print_stopped(console, settings, folder.path)
         raise CommandError(str(exc)) from exc
     except (ValueError, RuntimeError) as exc:  # bad env args, unknown task, no Docker, bad policy spec
         raise CommandError(str(exc)) from exc
@@ -171,15 +212,20 @@ def cmd_standalone(args: argparse.Namespace) -> int:
     return 0 if summary["masked"] < summary["rollouts"] else 1
 
 
-def _print_stopped(console: Console, settings: StandaloneSettings) -> None:
-    import json
+def _problem(error: Any) -> str:
+    """A pydantic error as the option it came from: 'simple_env has one task...', '--steps: ...'."""
+    message = str(error["msg"]).removeprefix("Value error, ")
+    where = ".".join(map(str, error["loc"]))
+    return f"--{where.replace('_', '-')}: {message}" if where else message
 
+
+def _print_stopped(console: Console, settings: StandaloneSettings, folder: Path) -> None:
     from air.runs.standalone_view import print_masked
 
-    path = settings.resolved_output_dir() / "summary.json"
+    path = folder / "summary.json"
     try:
         summary = json.loads(path.read_text())
     except (OSError, ValueError):
-        return
+        return  # it recorded nothing, and its folder was removed
     console.print(f"stopped after {summary['steps_run']} of {settings.steps} steps; summary in {path}")
     print_masked(console, summary)

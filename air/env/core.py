@@ -34,7 +34,15 @@ from air.env.actions import format_error_observation, parse_action
 from air.env.rewards import RewardTracker
 from air.env.rollout import Rollout, exit_status_of
 from air.env.settings import MLGymEnvSettings
-from air.env.trajectories import BaselineInfo, TrajectoryRecord, Turn, TurnEvaluation, error_chain, write_trajectory
+from air.env.trajectories import (
+    BaselineInfo,
+    TrajectoryRecord,
+    Turn,
+    TurnEvaluation,
+    error_chain,
+    error_line,
+    write_trajectory,
+)
 from air.sandbox.config import SandboxConfig
 from air.sandbox.engine import DOCKER_ERRORS
 from air.sandbox.errors import SandboxError, SandboxesUnavailable
@@ -365,7 +373,7 @@ class MLGymCore:
             finished_at=finished,
             duration_s=(finished - rollout.started_at).total_seconds(),
             exit_status=rollout.exit_status or "unknown",
-            error=str(error) if error else None,
+            error=error_line(error),
             error_chain=error_chain(chain_of),
             baseline=BaselineInfo(
                 metric=task.primary_metric,
@@ -374,7 +382,7 @@ class MLGymCore:
                 metrics=task.baseline,
             ),
             final_evaluation=rollout.final_evaluation,
-            reward=None if error else result["reward"],
+            reward=None if error is not None else result["reward"],
             metrics={k: v for k, v in result.items() if k != "reward"},
             turns=rollout.turns,
         )

@@ -122,6 +122,7 @@ class MLGymEnv(vf.MultiTurnEnv):
                 rollout, cancelled=cancelled, error=error, stop=state.get("stop_condition") or ""
             )
             record = self.core.record(rollout, result, _labels(state), error)
+            state["masked_because"] = record.error  # the one line a run's console shows for a masked rollout
             path = await self.core.save(record)
             if path is not None:
                 state["trajectory_path"] = str(path)

@@ -240,3 +240,32 @@ def error_chain(error: BaseException | None, limit: int = 8) -> list[str]:
         chain.append(f"{type(error).__name__}: {error}"[:2000])
         error = error.__cause__ or error.__context__  # also a context kept off verifiers' one-line log
     return chain
+
+
+def error_line(error: object | None) -> str | None:
+    """One line that names why a rollout was masked, even when the outermost exception has no message
+    (verifiers' ``ModelError()`` wraps the client's error): the first message found down the chain, and
+    the root cause when it is another one (``ConnectionRefusedError: ... ('127.0.0.1', 9)``)."""
+    if error is None:
+        return None
+    if not isinstance(error, BaseException):
+        return str(error).splitlines()[0][:500] if str(error).strip() else "unknown error"
+    chain: list[BaseException] = []
+    current: BaseException | None = error
+    while current is not None and current not in chain and len(chain) < 16:
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    if str(error).strip():
+        return _first_line(str(error))
+    described = [e for e in chain if str(e).strip()]
+    if not described:
+        return " <- ".join(type(e).__name__ for e in chain)
+    first, root = described[0], described[-1]
+    line = f"{type(error).__name__}: {type(first).__name__}: {_first_line(str(first))}"
+    if root is not first:
+        line += f" (cause: {type(root).__name__}: {_first_line(str(root))})"
+    return line
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0][:500]

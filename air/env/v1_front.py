@@ -27,6 +27,7 @@ from air.env.core import EnvFault, MLGymCore, RolloutLabels
 from air.env.metrics import REWARD_METRIC, metric_names, result_key
 from air.env.rollout import Rollout
 from air.env.settings import MLGymEnvSettings, parse_env_settings
+from air.env.trajectories import error_line
 from air.sandbox.errors import SandboxesUnavailable
 
 
@@ -140,7 +141,9 @@ class MLGymV1Env(vf.Env[MLGymV1EnvConfig]):
 
 
 def _describe(error: BaseException | None) -> str | None:
-    return None if error is None else f"{type(error).__name__}: {error}"
+    if error is None or not str(error).strip():
+        return error_line(error)  # an empty message: the cause down the chain names it
+    return f"{type(error).__name__}: {error_line(error)}"
 
 
 __all__ = ["MLGymTaskset", "MLGymV1Env"]

@@ -21,7 +21,6 @@ import statistics
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -30,14 +29,21 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from air.env.load import load_env
 from air.env.metrics import metric_value, task_name_of
+from air.env.trajectories import trajectory_path, write_trajectory
+from air.env.trajectory_reader import load_trajectory
+from air.runs.run_folder import RunFolder, open_run_folder
 from air.runs.run_log import log_file
 from air.sandbox.errors import SandboxesUnavailable
+
+SIMPLE_ENV_TASK = "dial"  # simple_env.TASK (a test checks they agree): its one game, no task root
 
 
 class StandaloneSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    tasks: list[str] = Field(default_factory=lambda: ["laneMerge"], description="Task config names or ids.")
+    tasks: list[str] | None = Field(
+        default=None, description="Task config names or ids (default: laneMerge; simple_env has one task, dial)."
+    )
     task_root: str | None = Field(default=None, description="MLGym checkout; default $MLGYM_ROOT, else built-in.")
     env: str = Field(default="air_mlgym", description="Env id: air_mlgym, or simple_env (no Docker).")
     env_args: dict[str, Any] = Field(default_factory=dict, description="Extra load_environment arguments.")
@@ -55,7 +61,20 @@ class StandaloneSettings(BaseModel):
     temperature: float = 1.0
     max_tokens: int | None = None
     seed: int = 0
-    output_dir: str | None = None
+    output_dir: str | None = Field(default=None, description="Run folder (default: outputs/standalone/<time>-<id>).")
+    overwrite: bool = Field(default=False, description="Replace the run in a non-empty output_dir.")
+
+    @model_validator(mode="after")
+    def _tasks_of_the_env(self) -> StandaloneSettings:
+        if self.env == "simple_env":
+            if self.tasks not in (None, [SIMPLE_ENV_TASK]):
+                raise ValueError(f"simple_env has one task, {SIMPLE_ENV_TASK!r}; it cannot run {', '.join(self.tasks)}")
+            if self.task_root:
+                raise ValueError("simple_env has no task root; leave out task_root")
+            self.tasks = [SIMPLE_ENV_TASK]
+        elif self.tasks is None:
+            self.tasks = ["laneMerge"]
+        return self
 
     @model_validator(mode="after")
     def _vllm_model_needs_the_scripted_server(self) -> StandaloneSettings:
@@ -72,11 +91,9 @@ class StandaloneSettings(BaseModel):
             )
         return self
 
-    def resolved_output_dir(self) -> Path:
-        if self.output_dir:
-            return Path(self.output_dir).expanduser().resolve()
-        stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-        return Path("outputs", "standalone", stamp).resolve()
+    def open_run_folder(self) -> RunFolder:
+        """Claim this run's folder (see ``air.runs.run_folder``); RunFolderError if it cannot be ours."""
+        return open_run_folder(self.output_dir, base=Path("outputs", "standalone"), overwrite=self.overwrite)
 
 
 class StepLogger(Protocol):
@@ -110,7 +127,8 @@ def masked_cause(error: Any) -> str:
 
 
 def count_causes(outputs: list[dict[str, Any]]) -> dict[str, int]:
-    return dict(Counter(masked_cause(o["error"]) for o in outputs if o.get("error")))
+    # masked_because: air_mlgym's own line for it (the cause, also when verifiers' error has no message)
+    return dict(Counter(o.get("masked_because") or masked_cause(o["error"]) for o in outputs if o.get("error")))
 
 
 def step_statistics(step: int, groups: list[list[dict[str, Any]]], seconds: float) -> dict[str, Any]:
@@ -162,12 +180,19 @@ async def run_standalone(
     on_step: Callable[[dict[str, Any]], None] | None = None,
     on_rollout: Callable[[], None] | None = None,
     loggers: Sequence[StepLogger] = (),
+    folder: RunFolder | None = None,
+    on_start: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
-    """Run the steps; returns the summary (also written to output_dir/summary.json, with run.log beside it)."""
-    out = settings.resolved_output_dir()
-    out.mkdir(parents=True, exist_ok=True)
-    with log_file(out / "run.log"):
-        return await _run_steps(settings, out, on_step, on_rollout, loggers)
+    """Run the steps; returns the summary (also written to the run folder's summary.json, with run.log
+    beside it). ``folder``: one already claimed (the CLI claims it first, to print it), else claimed here.
+    A run that recorded nothing (it failed to start) leaves no folder behind."""
+    folder = folder or settings.open_run_folder()
+    try:
+        with log_file(folder.path / "run.log"):
+            return await _run_steps(settings, folder.path, on_step, on_rollout, loggers, on_start)
+    finally:
+        if not folder.recorded_anything():
+            folder.discard()
 
 
 async def _run_steps(
@@ -176,6 +201,7 @@ async def _run_steps(
     on_step: Callable[[dict[str, Any]], None] | None,
     on_rollout: Callable[[], None] | None,
     loggers: Sequence[StepLogger],
+    on_start: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     env = _load_env(settings, out)
     server = None
@@ -204,8 +230,10 @@ async def _run_steps(
     try:
         for logger in loggers:
             logger.start(settings, out)
+        if on_start:
+            on_start()
         with (out / "steps.jsonl").open("w") as log_file:
-            for step in range(settings.steps):
+            for step in range(1, settings.steps + 1):  # 1-based, as the console counts them
                 t0 = time.perf_counter()
                 group_inputs = []
                 for g in range(groups_per_step):
@@ -216,11 +244,15 @@ async def _run_steps(
 
                 async def one_group(inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     # trajectory_path: where air_mlgym saved the rollout, for loggers to point at.
-                    outputs = await env.run_group(inputs, client, model, sampling, state_columns=["trajectory_path"])
+                    outputs = await env.run_group(
+                        inputs, client, model, sampling, state_columns=["trajectory_path", "masked_because"]
+                    )
                     if on_rollout:
                         for _ in outputs:
                             on_rollout()
-                    return [dict(o) for o in outputs]
+                    outputs = [dict(o) for o in outputs]
+                    await asyncio.to_thread(record_advantages, outputs)
+                    return outputs
 
                 groups = await asyncio.gather(*(one_group(inputs) for inputs in group_inputs))
                 stats = step_statistics(step, groups, time.perf_counter() - t0)
@@ -245,6 +277,19 @@ async def _run_steps(
         for logger in loggers:
             logger.finish(summary if status == "completed" else None)
     return summary
+
+
+def record_advantages(outputs: list[dict[str, Any]]) -> None:
+    """Write each kept rollout's advantage into its trajectory (the env saved it before its group ended)."""
+    kept = [o for o in outputs if not o.get("error")]
+    for output, advantage in zip(kept, group_advantages([float(o.get("reward") or 0.0) for o in kept]), strict=True):
+        path = output.get("trajectory_path")
+        if not path:
+            continue
+        path = Path(path)
+        record = load_trajectory(path)
+        if trajectory_path(record, path.parent.parent) == path:  # rewritten in place, atomically
+            write_trajectory(record.model_copy(update={"advantage": advantage}), path.parent.parent)
 
 
 def _summary(

@@ -4,12 +4,14 @@ closing table. Separate from ``air.runs.standalone`` so the loop stays free of p
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from air.runs.run_folder import RUN_FILES
 from air.runs.standalone import StandaloneSettings
 
 
@@ -18,9 +20,10 @@ def _fmt(value: float, digits: int = 3) -> str:
 
 
 class StandaloneProgress:
-    def __init__(self, console: Console, settings: StandaloneSettings) -> None:
+    def __init__(self, console: Console, settings: StandaloneSettings, folder: Path) -> None:
         self.console = console
         self.settings = settings
+        self.folder = folder
         self.progress = Progress(
             TextColumn("[bold]rollouts"),
             BarColumn(),
@@ -32,25 +35,30 @@ class StandaloneProgress:
         self.task_id = self.progress.add_task("", total=settings.steps * settings.batch_size)
 
     def __enter__(self) -> StandaloneProgress:
+        return self
+
+    def start(self) -> None:
+        """The env loaded and the agent answers: say what runs where, and show the bar."""
         s = self.settings
         who = s.base_url or f"scripted policy {s.policy!r}"
         self.console.print(
             f"[bold]air standalone[/]: {s.steps} steps x {s.batch_size} rollouts "
-            f"(groups of {s.rollouts_per_example}) on {', '.join(s.tasks)} against {who}"
+            f"(groups of {s.rollouts_per_example}) on {', '.join(s.tasks or [])} against {who}"
         )
+        self.console.print(f"run folder: {self.folder}")
         self.progress.start()
-        return self
 
     def __exit__(self, *exc: object) -> None:
-        self.progress.stop()
+        if self.progress.live.is_started:
+            self.progress.stop()
 
     def rollout_done(self) -> None:
         self.progress.advance(self.task_id)
 
     def step_done(self, stats: dict[str, Any]) -> None:
-        self.progress.update(self.task_id, description=f"step {stats['step'] + 1}/{self.settings.steps}")
+        self.progress.update(self.task_id, description=f"step {stats['step']}/{self.settings.steps}")
         self.progress.console.print(
-            f"step {stats['step'] + 1:>3}  reward {_fmt(stats['reward_mean'])} ± {_fmt(stats['reward_std'])}  "
+            f"step {stats['step']:>3}  reward {_fmt(stats['reward_mean'])} ± {_fmt(stats['reward_std'])}  "
             f"zero-adv groups {_fmt(stats['zero_advantage_groups'], 2)}  "
             f"validates/rollout {_fmt(stats['validates_per_rollout'], 1)}  "
             f"masked {stats['masked']}  {stats['seconds']:.1f} s"
@@ -62,7 +70,7 @@ class StandaloneProgress:
             table.add_column(column, justify="right")
         for s in summary["steps"]:
             table.add_row(
-                str(s["step"] + 1),
+                str(s["step"]),
                 _fmt(s["reward_mean"]),
                 _fmt(s["reward_std"]),
                 _fmt(s["zero_advantage_groups"], 2),
@@ -71,9 +79,10 @@ class StandaloneProgress:
                 f"{s['seconds']:.1f}",
             )
         self.console.print(table)
+        folder = Path(summary["output_dir"])
+        written = [f"{p.name}/" if p.is_dir() else p.name for p in sorted(folder.iterdir()) if p.name in RUN_FILES]
         self.console.print(
-            f"{summary['rollouts']} rollouts in {summary['seconds']:.1f} s; "
-            f"outputs in {summary['output_dir']} (summary.json, steps.jsonl, trajectories/, run.log)"
+            f"{summary['rollouts']} rollouts in {summary['seconds']:.1f} s; outputs in {folder} ({', '.join(written)})"
         )
         print_masked(self.console, summary)
 

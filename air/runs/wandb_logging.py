@@ -205,7 +205,7 @@ class WandbStepLogger:
             self.rows += sample_rows(outputs)[: max(room, 0)]
         # Numbers only: the causes of masked rollouts are in the samples table, one per rollout.
         data = {PREFIX + key: value for key, value in stats.items() if key != "step" and not isinstance(value, dict)}
-        if self.table_every and (step + 1) % self.table_every == 0:
+        if self.table_every and step % self.table_every == 0:  # steps count from 1
             data[TABLE_KEY] = self._table()
         self._guard("log a step", lambda: self._run.log(data, step=step))
         self._last_step = step

@@ -143,7 +143,9 @@ class Sandbox:
         try:
             await sandbox.shell.start()
         except BaseException:
-            with contextlib.suppress(*DOCKER_ERRORS):  # an engine gone mid-start: its removal is retried
+            # An engine gone mid-start: its removal is retried. A loop shutting down (Ctrl-C) has no thread
+            # pool left (RuntimeError): the container is tracked, and the exit clean-up removes it.
+            with contextlib.suppress(*DOCKER_ERRORS, RuntimeError):
                 await asyncio.to_thread(destroy_container, container)
             raise
         return sandbox

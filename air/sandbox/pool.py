@@ -305,6 +305,11 @@ class SandboxPool:
             if await self.engine_fault(None, exc) is None:  # an engine lost is said once, by the pool
                 self.start_failures.append(str(exc))
                 log.warning("starting a sandbox failed: %s", exc)
+        except RuntimeError as exc:
+            # Ctrl-C: asyncio.run tears the loop down and shuts its thread pool while starts are in flight.
+            # Nobody awaits this task any more (its error would print a traceback at exit, one per start);
+            # what it made is tracked and removed by the exit clean-up.
+            log.debug("a sandbox start ended with the event loop: %s", exc)
         finally:
             self._starting -= 1
 

@@ -4,7 +4,6 @@ Real Docker engine, an image tag that does not exist."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -34,9 +33,7 @@ def test_standalone_stops_before_any_rollout_naming_the_fix(tmp_path: Path, dock
     assert result.returncode == 1, result.stdout + result.stderr
     assert result.stderr.count(FIX) == 1 and MISSING in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
-    assert not list((out / "trajectories").rglob("*.json")), "no rollout may have been played or recorded"
-    summary = json.loads((out / "summary.json").read_text())  # says why the run stopped
-    assert summary["status"] == "stopped" and summary["steps_run"] == 0 and FIX in summary["stopped_by"]
+    assert not out.exists(), "a run that could not start records nothing, and leaves no folder behind"
 
 
 @pytest.mark.docker

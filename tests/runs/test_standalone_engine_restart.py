@@ -73,7 +73,7 @@ def test_an_engine_restart_masks_at_most_one_step_and_leaves_nothing(
     )
     assert returncode == 0, console
     steps = [_no_nan(line) for line in (out / "steps.jsonl").read_text().splitlines()]
-    assert [s["step"] for s in steps] == [0, 1, 2]
+    assert [s["step"] for s in steps] == [1, 2, 3]
     hit = [s["step"] for s in steps if s["masked"]]
     assert len(hit) <= 1, f"more than one step lost rollouts: {hit}"
     assert all(s["masked"] == 0 for s in steps if s["step"] > (hit or [0])[0]), "the steps after it must be whole"

@@ -46,12 +46,12 @@ async def test_standalone_on_simple_env_needs_no_docker(tmp_path):
     )
     seen = []
     summary = await run_standalone(settings, on_step=seen.append)
-    assert [s["step"] for s in seen] == [0, 1]
+    assert [s["step"] for s in seen] == [1, 2]  # 1-based, as the console counts
     assert summary["rollouts"] == 8 and summary["masked"] == 0
     on_disk = json.loads((tmp_path / "summary.json").read_text())
     assert on_disk["steps"] == summary["steps"]
     lines = (tmp_path / "steps.jsonl").read_text().splitlines()
-    assert [json.loads(line)["step"] for line in lines] == [0, 1]
+    assert [json.loads(line)["step"] for line in lines] == [1, 2]
     assert all(math.isfinite(s["reward_mean"]) for s in summary["steps"])
 
 
@@ -76,13 +76,13 @@ def test_air_standalone_runs_steps_on_a_builtin_task(tmp_path, docker_image):
     assert summary["rollouts"] == 8 and summary["masked"] == 0
     records = [load_trajectory(p) for p in iter_trajectory_paths(out / "trajectories")]
     assert len(records) == 8
-    assert sorted({r.step for r in records}) == [0, 1]
+    assert sorted({r.step for r in records}) == [1, 2]
     assert {r.policy for r in records} == {"noisy"}
     assert len({r.group_id for r in records}) == 4
     rewards = [s["reward_mean"] for s in summary["steps"]]
     assert all(math.isfinite(r) for r in rewards)
     # The env names its raw scores per task (laneMerge/final_score); the step statistics still find them.
-    finals = [r.metrics["final_score"] for r in records if r.step == 0]
+    finals = [r.metrics["final_score"] for r in records if r.step == 1]
     assert summary["steps"][0]["final_score_mean"] == pytest.approx(sum(finals) / len(finals))
 
 

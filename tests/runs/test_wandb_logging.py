@@ -188,7 +188,7 @@ async def test_steps_samples_config_and_summary_reach_wandb(tmp_path: Path, wand
 
     history = run.history()
     steps = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
-    assert sorted(history) == [s["step"] for s in steps] == [0, 1]
+    assert sorted(history) == [s["step"] for s in steps] == [1, 2]
     for stats in steps:
         logged = history[stats["step"]]
         for key, value in stats.items():
@@ -201,9 +201,9 @@ async def test_steps_samples_config_and_summary_reach_wandb(tmp_path: Path, wand
         assert same(logged_summary[f"summary/{key}"], on_disk[key]), key
     assert logged_summary["summary/rollouts"] == summary["rollouts"] == 8
 
-    rows = run.table(history[1])  # the table logged at the last step holds every sampled rollout
-    assert len(run.table(history[0])) == 2  # table_every=1: the first step's table too
-    expected = [o for step in (0, 1) for o in recorder.groups[step][0]]  # the first group of each step
+    rows = run.table(history[2])  # the table logged at the last step holds every sampled rollout
+    assert len(run.table(history[1])) == 2  # table_every=1: the first step's table too
+    expected = [o for step in (1, 2) for o in recorder.groups[step][0]]  # the first group of each step
     assert len(rows) == len(expected) == 4
     for row, output in zip(rows, expected, strict=True):
         group = next(g for g in recorder.groups[row["step"]] if output in g)
@@ -238,7 +238,7 @@ async def test_wandb_env_vars_choose_dir_and_project(tmp_path: Path, monkeypatch
     assert not (out / "wandb").exists()
     run = offline_run(tmp_path / "elsewhere")
     assert run.run.project == "from-env"
-    assert run.history()[0]["standalone/rollouts"] == 2
+    assert run.history()[1]["standalone/rollouts"] == 2
 
 
 async def test_a_failed_run_is_finished_as_failed_on_wandb(tmp_path: Path):
@@ -261,8 +261,8 @@ async def test_a_failed_run_is_finished_as_failed_on_wandb(tmp_path: Path):
     [exit_record] = run.of_type("exit")
     assert exit_record.exit_code == 1
     history = run.history()
-    assert sorted(history) == [0]
-    assert len(run.table(history[0])) == 2  # the rollouts sampled before the failure still show
+    assert sorted(history) == [1]
+    assert len(run.table(history[1])) == 2  # the rollouts sampled before the failure still show
 
 
 async def test_a_failing_wandb_costs_only_the_wandb_copy(tmp_path: Path, monkeypatch, caplog):
@@ -352,4 +352,4 @@ def test_air_standalone_wandb_flag_logs_steps_and_samples(tmp_path: Path, wandb_
     assert [history[s["step"]]["standalone/reward_mean"] for s in steps] == pytest.approx(
         [s["reward_mean"] for s in steps]
     )
-    assert len(run.table(history[1])) == 4  # the first group (2 rollouts) of each of the 2 steps
+    assert len(run.table(history[2])) == 4  # the first group (2 rollouts) of each of the 2 steps
