@@ -33,7 +33,17 @@ class EngineGone(SandboxesUnavailable):
 
 
 def image_missing(image: str) -> SandboxImageMissing:
+    """The fix depends on whose image it is: `air build-image` builds only this recipe's tag."""
+    from air.sandbox.image.recipe import default_image_tag
+
+    ours = default_image_tag()
+    if image == ours:
+        return SandboxImageMissing(
+            f"sandbox image {image!r} is missing: build it with `uv run air build-image` "
+            "(or name an image that exists with --image, the env's `image` argument or $AIR_IMAGE)"
+        )
     return SandboxImageMissing(
-        f"sandbox image {image!r} is missing: build it with `uv run air build-image` "
-        "(or name an image that exists with the env's `image` argument or $AIR_IMAGE)"
+        f"sandbox image {image!r} is missing: get it with `docker pull {image}` where its registry is reachable "
+        f"(or `docker load` a saved copy); `uv run air build-image` builds this project's image, {ours!r}, "
+        "not this one: to use it, leave out --image, the env's `image` argument and $AIR_IMAGE"
     )

@@ -79,3 +79,14 @@ async def test_the_pool_asks_once_then_fails_every_acquire_at_once(docker_image:
     with pytest.raises(SandboxImageMissing):
         await pool.acquire()
     await pool.close()
+
+
+def test_a_missing_image_that_is_not_ours_is_not_sent_to_build_image() -> None:
+    from air.sandbox.errors import image_missing
+    from air.sandbox.image.recipe import default_image_tag
+
+    foreign = str(image_missing("aigym/mlgym-agent:latest"))
+    assert "docker pull aigym/mlgym-agent:latest" in foreign and "--image" in foreign
+    assert f"builds this project's image, {default_image_tag()!r}, not this one" in foreign
+    ours = str(image_missing(default_image_tag()))
+    assert "build it with `uv run air build-image`" in ours and "docker pull" not in ours
