@@ -8,6 +8,7 @@ markers, capped output) is ``air.sandbox.protocol``; the container's life is ``a
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import time
 from dataclasses import dataclass
@@ -52,12 +53,11 @@ class CommandResult:
 
 
 # Run as root on a timeout. The victims are the shell's descendants started at or after the
-# cutoff (the timed-out command's start, in clock ticks since boot), so earlier background jobs
-# are left alone. They are stopped first (no forking away), then interrupted and killed as the
+# cutoff (just before the timed-out command's start, in clock ticks since boot), so earlier background
+# jobs are left alone. They are stopped first (no forking away), then interrupted and killed as the
 # comment below explains. Pure bash over /proc, so it works in any image.
 _KILL_TREE = r"""
-root=$1; since_cs=$2
-read -r up _ </proc/uptime; up=${up/./}; cutoff=$(( up - since_cs ))
+root=$1; cutoff=$2
 victims() {
   declare -A parent start
   for f in /proc/[0-9]*/stat; do
@@ -91,6 +91,11 @@ fi
 """
 
 
+TICKS_PER_S = 100  # /proc's clock ticks (USER_HZ)
+# The shell's pid and its subshell's start time (field 22 of /proc/<pid>/stat, ticks since boot).
+_PID_AND_TICKS = "(read -r s </proc/self/stat; set -- ${s##*) }; echo $$ ${20})"
+
+
 class Shell:
     """One persistent bash in a container, spoken to through an exec socket."""
 
@@ -105,6 +110,9 @@ class Shell:
         self._decoder = FrameDecoder()
         self._lock = asyncio.Lock()
         self.pid: int | None = None
+        # /proc's clock (ticks since boot, as process start times count) minus perf_counter's, in ticks, read at
+        # start; never above the true offset, so a command's start maps to or before its real one.
+        self._tick_offset = 0.0
         self.cwd: str = config.workdir
         # Session set-up (functions, variables) replayed whenever the shell is (re)started.
         self.init_script: str | None = None
@@ -138,11 +146,14 @@ class Shell:
         # An MLGym image's conda env goes first on PATH; start where the shell was (after a restart).
         setup = shell_setup(path_prepend=MLGYM_CONDA_BIN, cwd=cwd or self._config.workdir)
         await loop.sock_sendall(self._sock, setup)
-        result = await self._run_locked("echo $$", timeout=30)
-        last_line = result.output.strip().splitlines()[-1:] or [""]
-        if result.exit_code != 0 or not last_line[0].isdigit():
+        # The shell's pid, and the start time of a subshell forked now: "now" in the clock of the kill's victims.
+        result = await self._run_locked(_PID_AND_TICKS, timeout=30)
+        answered = time.perf_counter()
+        found = re.fullmatch(r"(\d+) (\d+)", (result.output.strip().splitlines()[-1:] or [""])[0])
+        if result.exit_code != 0 or not found:
             raise SandboxDied(f"shell did not start properly: {result.output[-300:]!r}")
-        self.pid = int(last_line[0])
+        self.pid = int(found[1])
+        self._tick_offset = int(found[2]) - answered * TICKS_PER_S  # the subshell started before `answered`
         if self.init_script:
             await self._run_init()
 
@@ -184,7 +195,7 @@ class Shell:
             await asyncio.wait_for(self._read_until_done(capture), timeout)
         except TimeoutError:
             timed_out = True
-            restarted = not await self._interrupt(capture, time.perf_counter() - start)
+            restarted = not await self._interrupt(capture, start)
         output = capture.text()
         if timed_out:
             note = f"\n[command timed out after {timeout:g} s and was interrupted"
@@ -223,12 +234,14 @@ class Shell:
             if capture.feed(self._decoder.feed(data)):
                 return
 
-    async def _interrupt(self, capture: Capture, elapsed_s: float) -> bool:
+    async def _interrupt(self, capture: Capture, started: float) -> bool:
         """Stop a timed-out command; True if the shell is usable again, False if it was replaced."""
-        since_cs = int((elapsed_s + 1.0) * 100)  # /proc clock ticks are 1/100 s
+        # The cutoff from the command's start, not from the kill's own: a busy engine starts that exec seconds
+        # late (the command was then spared and the shell restarted). A quarter second earlier, for rounding.
+        cutoff = int(self._tick_offset + (started - 0.25) * TICKS_PER_S)
 
         def _kill() -> None:
-            argv = ["bash", "-c", _KILL_TREE, "killtree", str(self.pid), str(since_cs)]
+            argv = ["bash", "-c", _KILL_TREE, "killtree", str(self.pid), str(cutoff)]
             self._container.exec_run(argv, user="root")
 
         try:

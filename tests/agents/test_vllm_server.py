@@ -28,6 +28,8 @@ MESSAGES = [
     {"role": "user", "content": "Beat the baseline on data/train.csv."},
 ]
 # What prime-rl's orchestrator sends with every rollout request (orchestrator/utils.py get_sampling_args).
+# The `tiny` extra's modules (pyproject.toml), as require_extra checks them.
+TINY_EXTRA_MODULES = ("torch", "transformers", "tokenizers", "safetensors")
 PRIME_RL_EXTRA = {"return_token_ids": True, "top_k": -1, "min_p": 0.0, "min_tokens": 0, "repetition_penalty": 1.0}
 
 
@@ -113,12 +115,22 @@ def test_another_seed_gives_other_weights_and_a_foreign_directory_is_refused(tin
     assert (other / "model.safetensors").read_bytes() == (tiny_model_dir / "model.safetensors").read_bytes()
 
 
-def test_a_missing_extra_names_the_fix(monkeypatch):
+@pytest.mark.parametrize("missing", [["tokenizers"], ["torch", "safetensors"]])
+def test_a_missing_extra_names_the_fix(monkeypatch, missing):
+    """Whatever part of the extra this environment has: each module is stood in for (an empty module
+    imports; None in sys.modules makes `import` fail), so only ``missing`` is missing."""
     import sys
+    import types
 
-    monkeypatch.setitem(sys.modules, "tokenizers", None)  # makes `import tokenizers` fail
-    with pytest.raises(TinyModelError, match=r"tokenizers not installed.*uv sync --extra tiny"):
+    for module in TINY_EXTRA_MODULES:
+        monkeypatch.setitem(sys.modules, module, None if module in missing else types.ModuleType(module))
+    with pytest.raises(TinyModelError) as raised:
         require_extra()
+    assert str(raised.value).startswith(f"{', '.join(missing)} not installed: ")
+    assert "uv sync --extra tiny" in str(raised.value)
+    for module in missing:  # the extra as a whole is all there
+        monkeypatch.setitem(sys.modules, module, types.ModuleType(module))
+    require_extra()
 
 
 # ----------------------------------------------------------------------------- chat completions

@@ -52,10 +52,10 @@ def progress(task_name: str, score: float) -> float:
 
 
 def our_containers(run_id: str) -> list:
+    """This run's containers as one listing (id and state), nothing inspected: a container removed meanwhile
+    cannot fail the call."""
     client = docker.from_env()
-    return client.containers.list(
-        all=True, filters={"label": [f"{LABEL}=1", f"{LABEL_RUN}={run_id}"]}, ignore_removed=True
-    )
+    return client.containers.list(all=True, filters={"label": [f"{LABEL}=1", f"{LABEL_RUN}={run_id}"]}, sparse=True)
 
 
 # ------------------------------------------------------------------------------ loading (no Docker)
@@ -93,15 +93,11 @@ def test_dataset_has_one_row_per_task_and_example():
 
 
 def test_loading_starts_no_container(docker_image):
-    before = {
-        c.id for c in docker.from_env().containers.list(all=True, filters={"label": f"{LABEL}=1"}, ignore_removed=True)
-    }
-    env = air_mlgym.load_environment(image=docker_image, pool_size=8)
-    after = {
-        c.id for c in docker.from_env().containers.list(all=True, filters={"label": f"{LABEL}=1"}, ignore_removed=True)
-    }
+    # Only this env's run is looked at: other runs and suites on the host start containers meanwhile.
+    run_id = f"pytest-load-{os.getpid()}"
+    env = air_mlgym.load_environment(image=docker_image, pool_size=8, run_id=run_id)
     assert env.get_dataset() is not None
-    assert after <= before
+    assert env.settings.run_id == run_id and our_containers(run_id) == []
 
 
 # ------------------------------------------------------------------------------ rollouts
@@ -140,13 +136,23 @@ async def test_a_killed_container_masks_only_its_rollout(tmp_path, docker_image)
     env = make_env(tmp_path, docker_image, max_turns=4)
     run_id = env.settings.run_id
 
+    earlier = {c.id for c in our_containers(run_id)}  # an earlier test's, maybe still being removed
+
     async def kill_one() -> str:
-        while len(our_containers(run_id)) < 4:
+        # The first of this group's containers seen inside the long command (not in set-up, however slow the
+        # host): no guess of how long set-up takes.
+        while True:
+            for container in await asyncio.to_thread(our_containers, run_id):
+                if container.id in earlier or container.status != "running":
+                    continue
+                try:
+                    found = await asyncio.to_thread(container.exec_run, ["pgrep", "-f", "sleep 6"])
+                except docker.errors.APIError:
+                    continue  # gone meanwhile
+                if found.exit_code == 0:
+                    await asyncio.to_thread(container.kill)
+                    return container.id
             await asyncio.sleep(0.1)
-        await asyncio.sleep(2.0)  # inside the long command by now (set-up takes well under a second)
-        victim = our_containers(run_id)[0]
-        await asyncio.to_thread(victim.kill)
-        return victim.id
 
     policy = ScriptPolicy(["sleep 6; echo slept", "validate", "submit"])
     outputs, _ = await asyncio.gather(run_group(env, policy, "laneMerge", n=4), kill_one())

@@ -3,27 +3,34 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
 import time
+import uuid
+from collections.abc import Iterator
 
 import docker
 import pytest
 
-from air.sandbox.config import LABEL_PID, SandboxConfig
+from air.sandbox.config import LABEL_HOST, LABEL_PID, SandboxConfig
 from air.sandbox.pool import SandboxPool
 from air.sandbox.removal import reap_orphans
+from tests.containers import existing
 
 pytestmark = pytest.mark.docker
 
 # A child process that starts a pool of 2 plus one sandbox in use, prints the container ids,
-# then waits to be signalled (or exits normally when told to).
+# then waits to be signalled (or exits normally when told to). Its containers carry the host name it is
+# given: see `alone_on_the_host`.
 OWNER = textwrap.dedent(
     """
-    import asyncio, json, sys
+    import asyncio, json, socket, sys
+    socket.gethostname = lambda: sys.argv[3]
     from air.sandbox.pool import SandboxPool
     from air.sandbox.config import SandboxConfig
 
@@ -42,11 +49,26 @@ OWNER = textwrap.dedent(
 )
 
 
-def _owner_ids(config: SandboxConfig, mode: str) -> tuple[subprocess.Popen[str], list[str]]:
+@pytest.fixture
+def alone_on_the_host(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A host name of this test's own, for its owners' containers and its reaping. Every pool that starts on
+    this host (other suites', other runs') reaps the host's orphans, and `air clean --yes` removes them: under
+    the real host name another process could take this test's orphans first, or its reaping take theirs."""
+    host = f"pytest-{uuid.uuid4().hex[:12]}"
+    monkeypatch.setattr(socket, "gethostname", lambda: host)
+    yield host
+    client = docker.from_env()  # nothing under that name outlives the test, even a failed one
+    for container in client.containers.list(all=True, filters={"label": f"{LABEL_HOST}={host}"}, sparse=True):
+        with contextlib.suppress(docker.errors.APIError):
+            client.api.remove_container(container.id, force=True)
+    client.close()
+
+
+def _owner_ids(config: SandboxConfig, mode: str, host: str) -> tuple[subprocess.Popen[str], list[str]]:
     import json
 
     proc = subprocess.Popen(
-        [sys.executable, "-c", OWNER, config.model_dump_json(), mode], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", OWNER, config.model_dump_json(), mode, host], stdout=subprocess.PIPE, text=True
     )
     assert proc.stdout is not None
     line = proc.stdout.readline()
@@ -54,12 +76,12 @@ def _owner_ids(config: SandboxConfig, mode: str) -> tuple[subprocess.Popen[str],
     return proc, json.loads(line)
 
 
-def _existing(ids: list[str]) -> set[str]:
-    client = docker.from_env()
-    return {c.id for c in client.containers.list(all=True, ignore_removed=True)} & set(ids)
+_existing = existing
 
 
-def _wait_gone(ids: list[str], timeout: float = 30) -> set[str]:
+def _wait_gone(ids: list[str], timeout: float = 120) -> set[str]:
+    """Which of ``ids`` are still there once all are gone or ``timeout`` passed (generous: a loaded engine
+    removes slowly; the wait ends as soon as they are gone)."""
     deadline = time.monotonic() + timeout
     while _existing(ids) and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -109,8 +131,8 @@ async def test_a_dead_ready_container_is_replaced(sandbox_config: SandboxConfig)
         pool.release(sandbox)
 
 
-def test_orphans_of_a_sigkilled_owner_are_reaped(sandbox_config: SandboxConfig) -> None:
-    proc, ids = _owner_ids(sandbox_config, "wait")
+def test_orphans_of_a_sigkilled_owner_are_reaped(sandbox_config: SandboxConfig, alone_on_the_host: str) -> None:
+    proc, ids = _owner_ids(sandbox_config, "wait", alone_on_the_host)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     assert _existing(ids) == set(ids)  # SIGKILL leaves them behind...
@@ -120,7 +142,7 @@ def test_orphans_of_a_sigkilled_owner_are_reaped(sandbox_config: SandboxConfig) 
 
 
 def test_a_container_removed_by_its_owner_while_we_reap_is_skipped(
-    sandbox_config: SandboxConfig, monkeypatch: pytest.MonkeyPatch
+    sandbox_config: SandboxConfig, monkeypatch: pytest.MonkeyPatch, alone_on_the_host: str
 ) -> None:
     """The race that prime-rl's env workers hit (one per env, each starting its pool while the others
     finish rollouts): a container listed by the reaper is removed by its live owner before the SDK
@@ -129,8 +151,8 @@ def test_a_container_removed_by_its_owner_while_we_reap_is_skipped(
     the orphans."""
     from docker.models.containers import ContainerCollection
 
-    live, live_ids = _owner_ids(sandbox_config, "wait")
-    dead, dead_ids = _owner_ids(sandbox_config, "wait")
+    live, live_ids = _owner_ids(sandbox_config, "wait", alone_on_the_host)
+    dead, dead_ids = _owner_ids(sandbox_config, "wait", alone_on_the_host)
     dead.send_signal(signal.SIGKILL)
     dead.wait(timeout=30)
     original_get = ContainerCollection.get
@@ -146,15 +168,15 @@ def test_a_container_removed_by_its_owner_while_we_reap_is_skipped(
     try:
         reaped = reap_orphans()
     finally:
-        monkeypatch.undo()
+        monkeypatch.setattr(ContainerCollection, "get", original_get)
         live.send_signal(signal.SIGTERM)
         live.wait(timeout=60)
     assert vanished, "the race was not staged: no container of the live owner was listed"
     assert set(dead_ids) <= set(reaped) and not _existing(dead_ids)
 
 
-def test_reaping_spares_containers_of_live_owners(sandbox_config: SandboxConfig) -> None:
-    proc, ids = _owner_ids(sandbox_config, "wait")
+def test_reaping_spares_containers_of_live_owners(sandbox_config: SandboxConfig, alone_on_the_host: str) -> None:
+    proc, ids = _owner_ids(sandbox_config, "wait", alone_on_the_host)
     try:
         reaped = reap_orphans()
         assert not set(ids) & set(reaped) and _existing(ids) == set(ids)
@@ -166,16 +188,16 @@ def test_reaping_spares_containers_of_live_owners(sandbox_config: SandboxConfig)
 
 
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGINT", "exit"])
-def test_owner_cleans_up_on_signals_and_exit(sandbox_config: SandboxConfig, how: str) -> None:
-    proc, ids = _owner_ids(sandbox_config, "exit" if how == "exit" else "wait")
+def test_owner_cleans_up_on_signals_and_exit(sandbox_config: SandboxConfig, how: str, alone_on_the_host: str) -> None:
+    proc, ids = _owner_ids(sandbox_config, "exit" if how == "exit" else "wait", alone_on_the_host)
     if how != "exit":
         proc.send_signal(getattr(signal, how))
     proc.wait(timeout=60)
-    assert not _wait_gone(ids, timeout=10), f"containers left after {how}"
+    assert not _wait_gone(ids), f"containers left after {how}"
 
 
-async def test_start_reaps_orphans(sandbox_config: SandboxConfig) -> None:
-    proc, ids = await asyncio.to_thread(_owner_ids, sandbox_config, "wait")
+async def test_start_reaps_orphans(sandbox_config: SandboxConfig, alone_on_the_host: str) -> None:
+    proc, ids = await asyncio.to_thread(_owner_ids, sandbox_config, "wait", alone_on_the_host)
     os.kill(proc.pid, signal.SIGKILL)
     await asyncio.to_thread(proc.wait, 30)
     async with SandboxPool(sandbox_config, size=0):

@@ -113,7 +113,10 @@ def _labels(run_id: str, pid: int, started: float) -> dict[str, str]:
 
 
 @pytest.mark.docker
-def test_containers_of_dead_owners_are_planned_and_removed(docker_image: str) -> None:
+def test_containers_of_dead_owners_are_planned_and_removed(docker_image: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A host name of the test's own: under the real one, any pool starting on this host (another suite's,
+    # another run's) reaps the orphan first, and this test's plan would take in theirs.
+    monkeypatch.setattr(socket, "gethostname", lambda: f"pytest-clean-{os.getpid()}")
     client = docker.from_env()
     config = SandboxConfig(image=docker_image, run_id="pytest-clean", ttl_s=300, cpus=0.5, memory="256m")
     dead_owner = subprocess.Popen([sys.executable, "-c", "pass"])
