@@ -6,16 +6,38 @@ import argparse
 
 from air.cli.errors import CommandError
 
+DESCRIPTION = """\
+Re-run the commands of a recorded rollout (one of ours, or an MLGym run) in a fresh container and
+compare each evaluation's score with the recorded one; the exit code is 0 when all match. Our
+recordings carry the seed their evaluations drew from, so a game's sampled matches replay exactly;
+MLGym's runs carry none, and their game scores are compared within 2%. A file of the task that differs
+from what the run showed (MLGym changed files since its published runs) is named as a warning."""
+
 
 def register_replay(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "replay", help="re-run a recorded trajectory (ours or an MLGym run) in a fresh container and compare scores"
+        "replay",
+        help="re-run a recorded trajectory (ours or an MLGym run) in a fresh container and compare scores",
+        description=DESCRIPTION,
     )
     parser.add_argument("path", help="a trajectory JSON file, an MLGym .traj file or an MLGym run folder")
-    parser.add_argument("--task-root", help="the task root it ran on (default: recorded, else $MLGYM_ROOT/built-in)")
-    parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
-    parser.add_argument("--save", metavar="DIR", help="keep the replay's own trajectory in DIR")
-    parser.add_argument("--tolerance", type=float, help="relative/absolute score tolerance (default: per task kind)")
+    parser.add_argument(
+        "--task-root",
+        help="the task root it ran on, e.g. an MLGym checkout (default: the recorded one if it exists, "
+        "else $MLGYM_ROOT, else the built-in tasks)",
+    )
+    parser.add_argument(
+        "--image",
+        help="sandbox image to replay on (default: the recorded one if this machine has it, else $AIR_IMAGE, "
+        "else this recipe's tag, saying so)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the comparison as JSON (default: a table)")
+    parser.add_argument("--save", metavar="DIR", help="keep the replay's own trajectory in DIR (default: not kept)")
+    parser.add_argument(
+        "--tolerance",
+        type=float,
+        help="relative/absolute score tolerance (default: 0.0001; 0.02 for games recorded without a seed)",
+    )
     parser.set_defaults(func=cmd_replay)
 
 
@@ -27,7 +49,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     try:
         comparison = asyncio.run(
-            replay_trajectory(args.path, task_root=args.task_root, save_dir=args.save, tolerance=args.tolerance)
+            replay_trajectory(
+                args.path, task_root=args.task_root, image=args.image, save_dir=args.save, tolerance=args.tolerance
+            )
         )
     except ReplayError as exc:
         raise CommandError(str(exc)) from exc

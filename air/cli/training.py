@@ -115,7 +115,9 @@ def register_train(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--config", required=True, metavar="FILE", help="a prime-rl rl TOML (configs/mlgym/*.toml)")
     parser.add_argument("--prime-rl", dest="prime_rl", help="prime-rl checkout (default: $PRIME_RL_DIR, ~/prime-rl)")
     parser.add_argument("--no-check", action="store_true", help="skip the preflight")
-    parser.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL for leftovers (default: 10)")
+    parser.add_argument(
+        "--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL for leftovers (default: 10)"
+    )
     parser.add_argument("rl_args", nargs=argparse.REMAINDER, help="after --: extra arguments for rl (overrides)")
     parser.set_defaults(func=cmd_train)
 

@@ -178,10 +178,10 @@ class MLGymCore:
         log.info("rollout of %s masked: %s", rollout.task.name, fault, exc_info=exc)  # the chain, for the log file
         return fault, cause if cause is not None else exc
 
-    def new_rollout(self, task_name: str) -> Rollout:
+    def new_rollout(self, task_name: str, seed: int | None = None) -> Rollout:  # seed: env.seeds, its group's
         task = self.task(task_name)
         tracker = RewardTracker(task.baseline_score, task.higher_is_better, self.settings.reward)
-        return Rollout(task=task, sandbox=None, workspace=None, tracker=tracker)
+        return Rollout(task=task, sandbox=None, workspace=None, tracker=tracker, evaluation_seed=seed)
 
     async def start(self, rollout: Rollout) -> None:
         """Give the rollout a fresh container with its task laid out. ``SandboxesUnavailable`` (the image is
@@ -191,7 +191,7 @@ class MLGymCore:
         task = rollout.task
         try:
             rollout.sandbox = await self.pool().acquire()
-            rollout.workspace = TaskWorkspace(task, rollout.sandbox)
+            rollout.workspace = TaskWorkspace(task, rollout.sandbox, seed=rollout.evaluation_seed)
             await rollout.workspace.setup()
             if self.tools is not None:
                 await rollout.sandbox.put_archive(
@@ -375,13 +375,9 @@ class MLGymCore:
             exit_status=rollout.exit_status or "unknown",
             error=error_line(error),
             error_chain=error_chain(chain_of),
-            baseline=BaselineInfo(
-                metric=task.primary_metric,
-                score=task.baseline_score,
-                higher_is_better=task.higher_is_better,
-                metrics=task.baseline,
-            ),
+            baseline=BaselineInfo.of(task),
             final_evaluation=rollout.final_evaluation,
+            evaluation_seed=rollout.evaluation_seed,
             reward=None if error is not None else result["reward"],
             metrics={k: v for k, v in result.items() if k != "reward"},
             turns=rollout.turns,

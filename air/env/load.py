@@ -6,13 +6,46 @@ runners and the preflight load envs through here, so no other layer depends on v
 
 from __future__ import annotations
 
+import contextlib
+import logging
+from collections.abc import Iterator
 from typing import Any
 
 import verifiers as vf
 
+# Where verifiers logs a failed load (with the whole argument dict) before raising it again.
+_VF_LOADER_LOG = "verifiers.utils.env_utils"
+
+
+class EnvLoadError(ValueError):
+    """An env did not load; the message is the env's own error, said once."""
+
 
 def load_env(env_id: str, **args: Any) -> vf.Environment:
-    return vf.load_environment(env_id, **args)
+    """``vf.load_environment``, whose failure is one :class:`EnvLoadError` (the cause kept on the chain),
+    not verifiers' logged line with every argument followed by its wrapped copy of the same message."""
+    try:
+        with _errors_unlogged(logging.getLogger(_VF_LOADER_LOG)):
+            return vf.load_environment(env_id, **args)
+    except (ValueError, RuntimeError) as exc:
+        cause = exc.__cause__
+        if isinstance(cause, ImportError):
+            message = f"env {env_id!r} cannot be imported: {cause} (is its package installed in this environment?)"
+        else:
+            message = str(cause) if cause is not None and str(cause).strip() else str(exc)
+        raise EnvLoadError(message) from (cause or exc)
+
+
+@contextlib.contextmanager
+def _errors_unlogged(logger: logging.Logger) -> Iterator[None]:
+    def below_error(record: logging.LogRecord) -> bool:
+        return record.levelno < logging.ERROR
+
+    logger.addFilter(below_error)
+    try:
+        yield
+    finally:
+        logger.removeFilter(below_error)
 
 
 def count_env_rows(env_id: str, args: dict[str, Any]) -> tuple[int, str]:

@@ -35,6 +35,7 @@ class Rollout:
     exit_status: str | None = None
     final_evaluation: TurnEvaluation | None = None
     finished: bool = False
+    evaluation_seed: int | None = None  # its group's (env.seeds): the evaluators draw from it
 
 
 def exit_status_of(rollout: Rollout, state: Mapping[str, Any], cancelled: bool) -> str:

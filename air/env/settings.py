@@ -53,7 +53,18 @@ class MLGymEnvSettings(BaseModel):
     max_consecutive_format_errors: int = Field(
         default=3, ge=0, description="End the rollout after this many malformed replies in a row (0: never)."
     )
-    seed: int = Field(default=0, description="Seed for the dataset order.")
+    seed: int = Field(
+        default=0,
+        description="Seed for the dataset order and, with each group's id, for the evaluators' random draws "
+        "(a game's opponent): keep it to yourself where the draws must stay unpredictable.",
+    )
+    evaluation_seed: int | None = Field(
+        default=None,
+        ge=0,
+        lt=2**32,
+        description="One evaluation seed for every rollout (air replay passes the recorded one); "
+        "default: one per group, derived from seed.",
+    )
     pool_size: int = Field(default=4, ge=0, description="Warm containers kept ready per env process.")
     container_cpus: float = Field(default=2.0, gt=0, description="CPU limit per task container.")
     container_memory: str = Field(default="4g", description="Memory limit per task container (docker syntax).")

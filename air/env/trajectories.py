@@ -15,10 +15,13 @@ import os
 import tempfile
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import PydanticSerializationError
+
+if TYPE_CHECKING:
+    from air.tasks.loader import Task
 
 SCHEMA_VERSION = 1
 
@@ -72,6 +75,16 @@ class BaselineInfo(BaseModel):
     higher_is_better: bool = True
     metrics: dict[str, Any] = Field(default_factory=dict)
 
+    @classmethod
+    def of(cls, task: Task) -> BaselineInfo:
+        """The baseline a task ships, as recorded beside its rollouts."""
+        return cls(
+            metric=task.primary_metric,
+            score=task.baseline_score,
+            higher_is_better=task.higher_is_better,
+            metrics=task.baseline,
+        )
+
 
 class TrajectoryRecord(BaseModel):
     """One rollout: one agent episode on one task."""
@@ -101,6 +114,7 @@ class TrajectoryRecord(BaseModel):
     error_chain: list[str] = Field(default_factory=list)  # the exceptions behind it, outermost first
     baseline: BaselineInfo
     final_evaluation: TurnEvaluation | None = None
+    evaluation_seed: int | None = None  # the evaluators' seed (env.seeds); air replay evaluates under it
     reward: float | None = None
     advantage: float | None = None
     metrics: dict[str, float] = Field(default_factory=dict)

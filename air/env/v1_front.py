@@ -26,6 +26,7 @@ from verifiers.v1.harnesses.null import NullHarnessConfig
 from air.env.core import EnvFault, MLGymCore, RolloutLabels
 from air.env.metrics import REWARD_METRIC, metric_names, result_key
 from air.env.rollout import Rollout
+from air.env.seeds import group_key, rollout_seed
 from air.env.settings import MLGymEnvSettings, parse_env_settings
 from air.env.trajectories import error_line
 from air.sandbox.errors import SandboxesUnavailable
@@ -88,7 +89,9 @@ class MLGymV1Env(vf.Env[MLGymV1EnvConfig]):
 
     async def run(self, task: MLGymTask, agents: Any) -> None:
         try:
-            rollout = self.core.new_rollout(task.data.task_name)
+            name = task.data.task_name  # v1 hands the env no group id: the example is the group (env.seeds)
+            seed = rollout_seed(self.core.settings, name, group_key(None, task.data.idx))
+            rollout = self.core.new_rollout(name, seed)
         except EnvFault as exc:
             raise vf.SandboxError(str(exc)) from exc
         error: BaseException | None = None

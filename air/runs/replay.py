@@ -2,8 +2,9 @@
 
 The recorded commands are played back by a scripted agent through the env's normal rollout path
 (the real HTTP client, the real container, the real evaluation), so a replay checks the whole
-stack: the same actions must reach the same scores. Scores of tasks whose evaluation samples
-(MLGym's games simulate random matches) are compared within a tolerance.
+stack: the same actions must reach the same scores. Our recordings carry their evaluation seed
+(``env.seeds``), so even a game's sampled matches replay exactly; MLGym's runs and our older ones
+carry none, and the scores of tasks whose evaluation samples (MLGym's games) are compared within 2%.
 """
 
 from __future__ import annotations
@@ -15,9 +16,13 @@ from typing import Any
 
 from openai import AsyncOpenAI
 
-from air.env.trajectories import TrajectoryError
+from air.env.trajectories import TrajectoryError, TrajectoryRecord
 from air.env.trajectory_reader import load_trajectory, recorded_commands, recorded_scores
+from air.runs.replay_checkout import checkout_differences
 from air.sandbox.errors import SandboxesUnavailable
+
+SAMPLED_TOLERANCE = 0.02  # a game's score over fresh random matches (MLGym's: 10,000 of them)
+EXACT_TOLERANCE = 1e-4
 
 
 class ReplayError(Exception):
@@ -38,44 +43,21 @@ async def replay_trajectory(
     tolerance: float | None = None,
     save_dir: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Replay ``path``; returns {task, commands, recorded, replayed, matches, reproduced, ...}."""
+    """Replay ``path``; returns {task, commands, recorded, replayed, matches, reproduced, notes, ...}."""
     from air.agents.policies import ScriptPolicy
     from air.agents.server import PolicyServer
-    from air.env.load import load_env
 
-    if not Path(path).exists():
-        raise ReplayError(f"{path}: no such file or folder")
-    try:
-        record = load_trajectory(path)
-        commands = recorded_commands(path)
-    except (TrajectoryError, OSError) as exc:
-        raise ReplayError(str(exc)) from exc
+    record, commands = _read(path)
+    notes: list[str] = []
     if not commands:
-        raise ReplayError(f"{path}: the trajectory holds no command to replay")
-    root = task_root
-    if root is None and record.source == "air" and record.task_root and Path(record.task_root).is_dir():
-        root = record.task_root
-    settings = record.env_settings if record.source == "air" else {}
+        notes.append("the run ended without a command: its untouched workspace is submitted, as MLGym did")
+    image, image_note = choose_image(image, record.image)
+    notes += [image_note] if image_note else []
     with tempfile.TemporaryDirectory(prefix="air-replay-") as scratch:
         tmp = str(Path(save_dir).expanduser().resolve()) if save_dir else scratch
-        args: dict[str, Any] = {
-            "task_configs": [record.task],
-            "max_turns": len(commands) + 1,  # room for the closing submit
-            "save_trajectories": True,
-            "trajectory_dir": tmp,
-            "pool_size": 0,
-        }
-        if root:
-            args["task_root"] = root
-        for key in ("command_timeout", "long_command_timeout", "observation_max_chars", "network", "env_gpu"):
-            if settings.get(key) is not None:
-                args[key] = settings[key]
-        if image:
-            args["image"] = image
-        try:
-            env = load_env("air_mlgym", **args)
-        except ValueError as exc:  # unknown task, bad root, bad settings
-            raise ReplayError(str(exc)) from exc
+        env = _load(record, commands, task_root, image, tmp)
+        (task,) = env.tasks.values()  # the env was loaded with this one task
+        differences = checkout_differences(record, task.workspace_files(), set(task.secret_files))
         row = env.get_dataset().to_list()[0]
         with PolicyServer(ScriptPolicy(commands), model_name="replay") as server:
             client = AsyncOpenAI(base_url=server.base_url, api_key="replay", max_retries=0)
@@ -92,9 +74,11 @@ async def replay_trajectory(
         if not new_path:
             raise ReplayError("the replay rollout wrote no trajectory")
         new_record = load_trajectory(new_path)
-    (task,) = env.tasks.values()  # the env was loaded with this one task
-    if tolerance is None:  # games sample matches; the other entrypoints are deterministic given the files
-        tolerance = 0.02 if task.entrypoint == "PythonSubmissionTasks" and record.source == "mlgym" else 1e-4
+    sampled = task.entrypoint == "PythonSubmissionTasks" and record.evaluation_seed is None
+    if tolerance is None:  # a seeded evaluation replays exactly; the other entrypoints are deterministic anyway
+        tolerance = SAMPLED_TOLERANCE if sampled else EXACT_TOLERANCE
+    if sampled:
+        notes.append("recorded without an evaluation seed: the evaluator's random matches are drawn afresh")
     recorded, replayed = recorded_scores(record), recorded_scores(new_record)
     pairs = list(zip(recorded, replayed, strict=False))
     matches = [scores_match(a, b, tolerance) for a, b in pairs]
@@ -110,12 +94,83 @@ async def replay_trajectory(
         "tolerance": tolerance,
         "reproduced": bool(pairs) and all(matches) and len(recorded) == len(replayed),
         "reward": output.get("reward"),
+        "evaluation_seed": new_record.evaluation_seed,
+        "image": new_record.image,
+        "checkout_differences": differences,
+        "notes": notes,
         "replay_trajectory": new_path if save_dir else None,
     }
 
 
+def _read(path: str | Path) -> tuple[TrajectoryRecord, list[str]]:
+    if not Path(path).exists():
+        raise ReplayError(f"{path}: no such file or folder")
+    try:
+        record = load_trajectory(path)
+    except (TrajectoryError, OSError) as exc:
+        raise ReplayError(str(exc)) from exc
+    commands = recorded_commands(record)
+    if not commands and not recorded_scores(record):
+        raise ReplayError(f"{path}: nothing to replay: the trajectory holds no command and no score")
+    return record, commands
+
+
+def _load(record: TrajectoryRecord, commands: list[str], task_root: str | None, image: str | None, out: str) -> Any:
+    """The env, with the recording's task, settings and evaluation seed (a vf.Environment)."""
+    from air.env.load import load_env
+
+    root = task_root
+    if root is None and record.source == "air" and record.task_root and Path(record.task_root).is_dir():
+        root = record.task_root
+    settings = record.env_settings if record.source == "air" else {}
+    args: dict[str, Any] = {
+        "task_configs": [record.task],
+        "max_turns": len(commands) + 1,  # room for the closing submit
+        "save_trajectories": True,
+        "trajectory_dir": out,
+        "pool_size": 0,
+    }
+    if root:
+        args["task_root"] = root
+    for key in ("command_timeout", "long_command_timeout", "observation_max_chars", "network", "env_gpu"):
+        if settings.get(key) is not None:
+            args[key] = settings[key]
+    if record.evaluation_seed is not None:
+        args["evaluation_seed"] = record.evaluation_seed
+    if image:
+        args["image"] = image
+    try:
+        return load_env("air_mlgym", **args)
+    except ValueError as exc:  # unknown task, missing data, bad root, bad settings
+        hint = ""
+        if root is None:
+            where = "an MLGym checkout" if record.source == "mlgym" else "the folder it ran on"
+            hint = f" (replaying {record.task} needs its task root: --task-root DIR, e.g. {where})"
+        raise ReplayError(f"{exc}{hint}") from exc
+
+
+def choose_image(explicit: str | None, recorded: str | None) -> tuple[str | None, str | None]:
+    """(the image to replay on, None for the default; a note for the user, or None). An explicit one wins;
+    else the recorded one if this machine has it; else the default, saying so."""
+    from air.sandbox.config import SandboxConfig
+    from air.sandbox.container import require_image
+    from air.sandbox.errors import SandboxError, SandboxImageMissing
+
+    if explicit or not recorded:
+        return explicit, None
+    try:
+        require_image(SandboxConfig(image=recorded))
+    except SandboxImageMissing:
+        default = SandboxConfig().resolved_image()
+        return None, f"the recorded image {recorded} is not on this machine: replaying on {default} (--image to choose)"
+    except SandboxError:
+        pass  # the engine cannot tell now: the replay's own start reports it
+    return recorded, None
+
+
 def render_comparison(comparison: dict[str, Any]) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title=f"replay of {comparison['path']} ({comparison['task']}, {comparison['commands']} commands)")
@@ -131,8 +186,14 @@ def render_comparison(comparison: dict[str, Any]) -> None:
         table.add_row(str(i + 1), _num(rec), _num(new), "[green]yes" if ok else "[red]no")
     console = Console()
     console.print(table)
+    for note in comparison["notes"]:
+        console.print(f"note: {escape(note)}")
+    if comparison["checkout_differences"]:
+        files = "; ".join(comparison["checkout_differences"])
+        console.print(f"[yellow]warning:[/] the checkout differs from the run's: {escape(files)}")
     verdict = "[green]reproduced" if comparison["reproduced"] else "[red]NOT reproduced"
-    console.print(f"{verdict}[/] (tolerance {comparison['tolerance']:g})")
+    how = f"tolerance {comparison['tolerance']:g}, evaluation seed {comparison['evaluation_seed']}"
+    console.print(f"{verdict}[/] ({how}, image {comparison['image']})")
 
 
 def _num(value: float | None) -> str:

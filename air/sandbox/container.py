@@ -154,12 +154,15 @@ class Sandbox:
         """Run ``command`` in the agent's shell."""
         return await self.shell.run(command, timeout)
 
-    async def exec_root(self, argv: list[str], timeout: float = 120, workdir: str | None = None) -> tuple[int, str]:
-        """Run a program as root outside the agent's shell (a fresh process, clean environment)."""
+    async def exec_root(
+        self, argv: list[str], timeout: float = 120, workdir: str | None = None, env: dict[str, str] | None = None
+    ) -> tuple[int, str]:
+        """Run a program as root outside the agent's shell (a fresh process, clean environment). ``env``
+        reaches it without showing in its command line, which any user in the container can read."""
         cmd = ["timeout", "-s", "KILL", str(max(1, int(timeout))), *argv]
 
         def _exec() -> tuple[int, str]:
-            res = self.container.exec_run(cmd, user="root", workdir=workdir or "/", demux=False)
+            res = self.container.exec_run(cmd, user="root", workdir=workdir or "/", demux=False, environment=env)
             return res.exit_code, (res.output or b"").decode("utf-8", "replace")
 
         try:

@@ -4,6 +4,7 @@ cannot tamper with the result."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import io
 import json
 import math
@@ -71,10 +72,14 @@ def parse_metrics(entrypoint: str, stdout: str) -> dict[str, Any]:
 class TaskWorkspace:
     """A task laid out in one sandbox: set up once, evaluated any number of times."""
 
-    def __init__(self, task: Task, sandbox: Sandbox, agent_code_boundary: bool = True) -> None:
+    def __init__(self, task: Task, sandbox: Sandbox, agent_code_boundary: bool = True, seed: int | None = None) -> None:
         self.task = task
         self.sandbox = sandbox
         self.python = "python3"
+        # The rollout's evaluation seed (None: the evaluators' generators are left unseeded). Each
+        # evaluation gets its own seed derived from it, see evaluation_seed.
+        self.seed = seed
+        self.evaluations = 0
         # False only to measure what the boundary costs (benchmarks/env.py): the agent's modules are then
         # imported into the evaluator as MLGym does, and can forge the score.
         self.agent_code_boundary = agent_code_boundary
@@ -137,6 +142,9 @@ class TaskWorkspace:
         kind, mode, argv = self.evaluation_command()
         separator = f"=====AIR-EVAL-{secrets.token_hex(8)}====="
         timeout = self.task.training_timeout
+        # In the environment, not on the command line: the agent's worker may read any process's argv.
+        env = {"AIR_EVAL_SEED": str(evaluation_seed(self.seed, self.evaluations))} if self.seed is not None else None
+        self.evaluations += 1
         start = time.perf_counter()
         code, out = await self.sandbox.exec_root(
             [
@@ -150,6 +158,7 @@ class TaskWorkspace:
                 *argv,
             ],
             timeout=timeout + 120,
+            env=env,
         )
         duration = time.perf_counter() - start
         frame = f"\n{separator}\n"
@@ -185,6 +194,14 @@ class TaskWorkspace:
         if problem:
             return Evaluation(metrics, None, problem, "suspicious", submission, duration, stderr)
         return Evaluation(metrics, score, None, "ok", submission, duration, stderr)
+
+
+def evaluation_seed(seed: int, index: int) -> int:
+    """The seed of a rollout's ``index``-th evaluation (0-based): fixed by the rollout's seed, so identical
+    rollouts of a group score identically and a replay reproduces each score; different from one
+    evaluation to the next, so a strategy cannot learn one evaluation's draws and replay them at the next."""
+    digest = hashlib.sha256(f"air-evaluation/{seed}/{index}".encode()).digest()
+    return int.from_bytes(digest[:4], "big")
 
 
 def suspicion(task: Task, metrics: dict[str, Any], score: float | None, agent_code_ran: bool) -> str | None:

@@ -100,8 +100,22 @@ def handle(request: bytes, modules: dict, functions: dict, names: dict) -> bytes
         return _error(kind, traceback.format_exc())
 
 
+def _seed_from_environment() -> None:
+    """This evaluation's seed for the agent's side (eval_runner derives it from the evaluator's, which the
+    agent's code never sees): a strategy that draws from ``random`` or ``numpy.random`` without seeding
+    them draws the same numbers for the same submission. Seeded before the agent's modules are imported,
+    so their own seeding wins."""
+    seed = os.environ.pop("AIR_EVAL_SEED", "")
+    if seed.isdigit():
+        try:
+            _apply_seeds({"random": int(seed), "numpy": int(seed) % 2**32})
+        except Exception as exc:  # a numpy that fails to import here must not cost the evaluation
+            print(f"air agent worker: seeding failed: {exc!r}", file=sys.stderr)
+
+
 def main() -> None:
     region_fd, wake_fd, workspace = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    _seed_from_environment()
     channel = Channel("worker", region_fd, wake_fd)
     sys.path.insert(0, workspace)
     sys.argv = ["strategy"]

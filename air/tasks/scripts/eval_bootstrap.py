@@ -6,18 +6,53 @@ Runs the task's pristine evaluation script from the private copy as ``__main__``
 and site-packages come first on sys.path (-I), then our proxy library, then the private copy (the
 script's folder: secrets and, for Python-entrypoint tasks, the proxies of the agent's modules). Only
 Model-entrypoint tasks also see the workspace, because MLGym's evaluators import the agent's model code.
+
+With an evaluation seed (``AIR_EVAL_SEED``, set by eval_runner.py) the global generators an evaluator
+may draw from unseeded (``random``, ``numpy.random``) and the string hash are seeded first, so the
+same submission scores the same under the same seed. A script that seeds them itself still wins.
 """
 
+import os
 import runpy
 import sys
 from pathlib import Path
 
 WORKSPACE = "/home/agent/workspace"
+HERE = str(Path(__file__).resolve().parent)
+
+
+def _hash_seeded(seed: str) -> None:
+    """-I ignores PYTHONHASHSEED: start once more without it, keeping what -I gave. The environment is
+    eval_runner's own (no PYTHONPATH or the like to ignore); -s leaves the user's site out; the script's
+    folder, which a plain start puts first on sys.path, is moved to the end in main()."""
+    if not sys.flags.isolated:
+        return
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env.update(PYTHONHASHSEED=seed, PYTHONDONTWRITEBYTECODE="1", AIR_EVAL_SEED=seed)
+    os.execve(sys.executable, [sys.executable, "-s", "-B", __file__, *sys.argv[1:]], env)
+
+
+def seed_globals(seed: int) -> None:
+    import random
+
+    random.seed(seed)
+    try:
+        import numpy
+    except ImportError:
+        return
+    numpy.random.seed(seed % 2**32)
 
 
 def main() -> None:
+    seed = os.environ.get("AIR_EVAL_SEED", "")
+    if seed.isdigit():
+        _hash_seeded(seed)
+        del os.environ["AIR_EVAL_SEED"]
+        seed_globals(int(seed))
+    if sys.path and sys.path[0] == HERE:
+        sys.path.pop(0)
     mode, script, *args = sys.argv[1:]
-    sys.path.append(str(Path(__file__).resolve().parent))
+    sys.path.append(HERE)
     sys.path.append(str(Path(script).parent))
     if mode == "model":
         sys.path.append(WORKSPACE)

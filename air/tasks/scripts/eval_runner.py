@@ -9,7 +9,9 @@
 2. ``python`` mode: starts the agent's worker as the agent's user (no secrets, memory and process limits,
    the OOM killer's first choice) with a shared-memory call channel to the evaluator.
 3. Runs the evaluator as the unprivileged evaluator user with a clean environment, a fresh home and a
-   time limit. Its stdout is the score channel: only this process reads it, from a pipe.
+   time limit. Its stdout is the score channel: only this process reads it, from a pipe. Given an
+   evaluation seed (AIR_EVAL_SEED in root's environment) the evaluator seeds its generators with it
+   (eval_bootstrap.py), the worker with a seed derived one way from it.
 4. Afterwards: kills the worker, every process the agent's user started during the evaluation and
    every process of the evaluator's user, and (``model`` mode, where the agent's code ran as the
    evaluator) deletes what the evaluator's user left behind.
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import grp
+import hashlib
 import os
 import pwd
 import random
@@ -209,6 +212,20 @@ def close_shared_writes(uid: int) -> None:
                 pass
 
 
+def seed_variables() -> tuple[dict[str, str], dict[str, str]]:
+    """(the evaluator's, the agent worker's) seed variables, from the evaluation seed root was given in its
+    environment (never on a command line, which the agent's worker could read). The worker's seed is derived
+    one way from the evaluator's: the agent's code can read its own, never the one its opponent draws from."""
+    seed = os.environ.get("AIR_EVAL_SEED", "")
+    if not seed.isdigit():
+        return {}, {}
+    worker = int.from_bytes(hashlib.sha256(f"air-agent/{seed}".encode()).digest()[:4], "big")
+    return (
+        {"AIR_EVAL_SEED": seed, "PYTHONHASHSEED": str(int(seed) % 2**32)},
+        {"AIR_EVAL_SEED": str(worker), "PYTHONHASHSEED": str(worker)},
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mode", choices=("python", "plain", "model", "direct"), required=True)
@@ -234,6 +251,7 @@ def main() -> int:
         env["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
     if os.environ.get("NVIDIA_VISIBLE_DEVICES"):
         env["NVIDIA_VISIBLE_DEVICES"] = os.environ["NVIDIA_VISIBLE_DEVICES"]
+    evaluator_seed, worker_seed = seed_variables()
     python = evaluator_argv[0]
     worker = worker_out = None
     pass_fds: tuple[int, ...] = ()
@@ -247,7 +265,7 @@ def main() -> int:
         worker = subprocess.Popen(
             [python, "-B", str(LIB / "agent_worker.py"), str(region), str(for_worker.fileno()), str(WORKSPACE)],
             cwd=WORKSPACE,
-            env={**env, "HOME": agent.pw_dir, **dict.fromkeys(BLAS_THREAD_VARIABLES, "1")},
+            env={**env, "HOME": agent.pw_dir, **dict.fromkeys(BLAS_THREAD_VARIABLES, "1"), **worker_seed},
             stdin=subprocess.DEVNULL,
             stdout=worker_write,
             stderr=worker_write,
@@ -267,7 +285,7 @@ def main() -> int:
         pass_fds = (region, for_evaluator.fileno())
     out_read, out_write = os.pipe()
     err_read, err_write = os.pipe()
-    evaluator_env = {**env, "HOME": str(EVAL_HOME), "TMPDIR": str(EVAL_HOME)}
+    evaluator_env = {**env, "HOME": str(EVAL_HOME), "TMPDIR": str(EVAL_HOME), **evaluator_seed}
     if evaluator_cpus:  # BLAS threads beyond its CPUs would take turns with it on them, ~60 us a call
         evaluator_env.update(dict.fromkeys(BLAS_THREAD_VARIABLES, str(len(evaluator_cpus))))
     evaluation = subprocess.Popen(
