@@ -125,3 +125,60 @@ def test_the_seed_command_on_battle_of_sexes_with_mlgym_config_root(tmp_path: Pa
     assert result.returncode == 0, result.stdout + result.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["rollouts"] == 2 and summary["masked"] == 0
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(600)
+async def test_demo_on_the_games_titanic_and_the_broken_configs(docker_image: str) -> None:
+    """`air demo`: the sampled games reproduce within their spread, titanic ships no baseline, the
+    house-price split is data missing with the command that makes it, and a broken config is a row."""
+    import io
+
+    from rich.console import Console
+
+    from air.runs.demo import run_demo
+    from air.sandbox.config import SandboxConfig
+
+    names = ["battleOfSexes", "prisonersDilemma", "blotto", "titanic", "regressionHousePrice"]
+    names += ["regressionKaggleHousePrice"]
+    console = Console(file=io.StringIO(), width=120)
+    results = await run_demo(names, ROOT, SandboxConfig(image=docker_image, run_id="pytest"), console)
+    statuses = {r.name: r.status for r in results}
+    generated = (Path(ROOT) / "data" / "regressionKaggleHousePrice" / "data").is_dir()
+    assert statuses == {
+        "battleOfSexes": "reproduced",
+        "prisonersDilemma": "reproduced",
+        "blotto": "reproduced",
+        "titanic": "no baseline shipped",
+        "regressionHousePrice": "failed",
+        "regressionKaggleHousePrice": "reproduced" if generated else "data missing",
+    }, statuses
+    details = {r.name: r.detail for r in results}
+    if not generated:
+        assert "--with 'pandas<3'" in details["regressionKaggleHousePrice"]
+    assert "datasets/housePrice.yaml" in details["regressionHousePrice"]
+
+
+@pytest.mark.timeout(300)
+def test_the_house_price_split_command_works(tmp_path: Path) -> None:
+    """The command the loader, `air check` and `air demo` give, run on a copy of MLGym's generator
+    (never in the checkout): it needs uv and PyPI or uv's cache (pandas < 3)."""
+    import shutil
+    import subprocess
+
+    from air.tasks.loader import generator_command
+
+    if shutil.which("uv") is None:
+        pytest.skip("uv is not on PATH")
+    task = tmp_path / "regressionKaggleHousePrice"
+    shutil.copytree(Path(ROOT) / "data" / "regressionKaggleHousePrice" / "_helpers", task / "_helpers")
+    command = generator_command(task / "data")
+    assert command is not None and "pandas<3" in command
+    result = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=280)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert sorted(p.name for p in (task / "data").iterdir()) == [
+        "answer.csv",
+        "test.csv",
+        "train.csv",
+        "validation.csv",
+    ]

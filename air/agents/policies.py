@@ -8,9 +8,12 @@ Policies keep no state between calls: how far an episode has got is read back fr
 already in the conversation, so one policy object can serve many concurrent rollouts.
 
 Specs (``make_policy``):
-    baseline      reproduce the task's baseline, validate, submit
-    improve       beat the baseline (a known recipe per built-in task; binary search on ``dial``)
-    noisy         ``improve`` with useless commands and malformed replies mixed in at random
+    baseline      run the task's baseline script when its workspace lists one (``baseline.py``, MLGym's RL
+                  ``src/train.py``), else score the workspace as given (a game's starting strategy); submit
+    improve       beat the baseline: a recipe per built-in task (binary search on ``dial``); any other task
+                  is refused with a one-line error (``PolicyCannotPlay``)
+    noisy         ``improve`` (``baseline`` where improve has no recipe) with useless commands and
+                  malformed replies mixed in at random
     replay:PATH   the commands of a recorded trajectory, then ``submit``
     script:PATH   the commands of a JSON list of strings, then ``submit``
 
@@ -21,7 +24,6 @@ from __future__ import annotations
 
 import random
 import re
-import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +31,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import TypeAdapter, ValidationError
 
+from air.agents.recipes import LANE_MERGE_STRATEGY, heredoc, train_script
 from air.env.actions import message_text, parse_action
 
 SPECS = ("baseline", "improve", "noisy", "replay:PATH", "script:PATH")
@@ -46,6 +49,10 @@ DIAL_TASK = "dial"
 DIAL_BASELINE_SETTING = 50  # the dial starts here, so the first validate probes the middle
 DIAL_RANGE = (0, 100)
 DIAL_MAX_PROBES = 7  # ceil(log2(101)): enough for a binary search over 0..100
+IMPROVE_TASKS = frozenset({*CSV_TASKS, "laneMerge", DIAL_TASK})  # the tasks improve has a recipe for
+# What MLGym's configs name as baseline_paths: CSV and LM tasks, then the RL tasks (games name their
+# evaluate.py: their starting strategy is the baseline, scored as it is).
+BASELINE_SCRIPTS = ("baseline.py", "src/train.py")
 
 THINK_PROBABILITY = 0.3
 _THOUGHTS = (
@@ -57,12 +64,33 @@ _THOUGHTS = (
 
 _TASK_HEADER = re.compile(r"^#\s*Task:\s*(\S+)")
 _DIAL_SET = re.compile(r"^set\s+(-?\d+)$")
+# A file of the prompt's WORKSPACE listing: "baseline.py  (4.4 KB)".
+_LISTED_FILE = re.compile(r"^(\S+)  \(")
 # The dial's validate output, e.g. "Score: 0.870 (target is higher)" or "Score: 1.000 (exact)".
 _DIAL_HINT = re.compile(r"target is (?P<direction>higher|lower)|(?P<exact>\bexact\b)", re.IGNORECASE)
 
 
 class PolicySpecError(ValueError):
     """A policy spec that cannot be turned into a policy (unknown name, unreadable file)."""
+
+
+class PolicyCannotPlay(PolicySpecError):
+    """A policy asked to play a task it has no recipe for."""
+
+
+def cannot_play(policy: str, tasks: Sequence[str]) -> PolicyCannotPlay:
+    return PolicyCannotPlay(
+        f"policy {policy!r} has no recipe for {', '.join(map(repr, tasks))}: it plays "
+        f"{', '.join(sorted(IMPROVE_TASKS))}; for other tasks use --policy baseline (or noisy)"
+    )
+
+
+def require_playable(policy: Policy, tasks: Sequence[str]) -> None:
+    """Refuse, before any rollout, tasks the policy cannot play (a policy's ``plays``; None: any task)."""
+    plays = getattr(policy, "plays", None)
+    unknown = [task for task in tasks if plays is not None and task not in plays]
+    if unknown:
+        raise cannot_play(getattr(policy, "name", "?"), unknown)
 
 
 @runtime_checkable
@@ -94,6 +122,7 @@ class Conversation:
     replies: list[str]  # earlier assistant replies, in order
     commands: list[str | None]  # the command of each reply; None where the reply was malformed
     observations: list[str]  # the user message after each reply ("" when none came yet)
+    files: tuple[str, ...] = ()  # the workspace files the first user message lists
 
 
 def extract_command(reply: str) -> str | None:
@@ -103,11 +132,13 @@ def extract_command(reply: str) -> str | None:
 
 def read_conversation(messages: Sequence[dict[str, Any]]) -> Conversation:
     task = None
+    files: tuple[str, ...] = ()
     first_user = next((m for m in messages if m.get("role") == "user"), None)
     if first_user is not None:
         lines = message_text(first_user).strip().splitlines()
         match = _TASK_HEADER.match(lines[0]) if lines else None
         task = match.group(1) if match else None
+        files = tuple(m.group(1) for line in lines if (m := _LISTED_FILE.match(line)))
     replies: list[str] = []
     observations: list[str] = []
     for message in messages:
@@ -117,7 +148,7 @@ def read_conversation(messages: Sequence[dict[str, Any]]) -> Conversation:
             observations.append("")
         elif role == "user" and replies and not observations[-1]:
             observations[-1] = message_text(message)
-    return Conversation(task, replies, [extract_command(r) for r in replies], observations)
+    return Conversation(task, replies, [extract_command(r) for r in replies], observations, files)
 
 
 # --------------------------------------------------------------------------- writing a reply
@@ -141,80 +172,27 @@ def render_reply(step: Step, rng: random.Random) -> str:
 # --------------------------------------------------------------------------- playbooks
 
 
-def _train_script(label: str, kind: str) -> str:
-    """train.py for a built-in CSV task: gradient-boosted trees on one-hot encoded features."""
-    if kind == "classification":
-        estimator = "HistGradientBoostingClassifier"
-        fit = f"model.fit(x_train, train[{label!r}])"
-        predict = "prediction = model.predict(x_test).astype(int)"
-    else:
-        # Energy use is skewed and positive: fitting its logarithm evens out the errors.
-        estimator = "HistGradientBoostingRegressor"
-        fit = f"model.fit(x_train, np.log1p(train[{label!r}]))"
-        predict = "prediction = np.expm1(model.predict(x_test))"
-    return textwrap.dedent(
-        f'''\
-        """Gradient-boosted trees on one-hot encoded features; writes submission.csv."""
-        from pathlib import Path
-
-        import numpy as np
-        import pandas as pd
-        from sklearn.ensemble import {estimator}
-        from threadpoolctl import threadpool_limits
-
-        HERE = Path(__file__).resolve().parent
-        LABEL = {label!r}
-
-        train = pd.read_csv(HERE / "data" / "train.csv")
-        test = pd.read_csv(HERE / "data" / "test.csv")
-        features = pd.concat([train.drop(columns=[LABEL]), test]).drop(columns=["id"])
-        categorical = [c for c in features.columns if not pd.api.types.is_numeric_dtype(features[c])]
-        encoded = pd.get_dummies(features, columns=categorical, dummy_na=True).astype(float)
-        x_train, x_test = encoded.iloc[: len(train)], encoded.iloc[len(train) :]
-
-        with threadpool_limits(limits=1):  # one thread: the sandbox has few cores
-            model = {estimator}(random_state=0)
-            {fit}
-            {predict}
-
-        pd.DataFrame({{"id": test["id"], LABEL: prediction}}).to_csv(HERE / "submission.csv", index=False)
-        print(f"wrote submission.csv ({{len(test)}} rows)")
-        '''
-    )
-
-
-def heredoc(path: str, text: str) -> str:
-    return f"cat > {path} << 'EOF'\n{text.rstrip()}\nEOF"
-
-
-LANE_MERGE_STRATEGY = textwrap.dedent(
-    """\
-    def row_strategy(history):
-        # Go twice, then yield once: the other driver stays cooperative and we merge first most rounds.
-        return 0 if len(history) % 3 == 2 else 1
-    """
-)
-
 _VALIDATE = Step(VALIDATE, "Let me score the current submission before going further.")
 _SUBMIT = Step(SUBMIT, "The score looks as good as I will get in this budget, so I will submit.")
 
 
-def baseline_playbook(task: str | None) -> list[Step]:
-    if task in CSV_TASKS:
-        return [Step("python baseline.py", "First I will reproduce the baseline submission."), _VALIDATE, _SUBMIT]
-    if task == "laneMerge" or task == DIAL_TASK:
-        return [Step(VALIDATE, "The starting setup is the baseline; let me score it."), _SUBMIT]
-    return [Step("ls", "Let me see what is in the workspace."), _VALIDATE, _SUBMIT]
+def baseline_playbook(task: str | None, files: Sequence[str] = ()) -> list[Step]:
+    """Run the baseline script the workspace lists (``files``), else score the starting workspace."""
+    script = "baseline.py" if task in CSV_TASKS else next((s for s in BASELINE_SCRIPTS if s in files), None)
+    if script:
+        return [Step(f"python {script}", f"First I will reproduce the baseline: {script}."), _VALIDATE, _SUBMIT]
+    return [Step(VALIDATE, "No baseline script is listed: the starting workspace is the baseline."), _SUBMIT]
 
 
 def improve_playbook(task: str | None) -> list[Step]:
-    """A fixed recipe that beats the baseline (not used for ``dial``, which needs the observations)."""
+    """A fixed recipe that beats the baseline (not used for ``dial``, which needs the observations).
+    Raises ``PolicyCannotPlay`` for a task without one."""
     if task in CSV_TASKS:
         label, kind = CSV_TASKS[task]
         return [
             Step("head -3 data/train.csv", "Let me look at the columns of the training data first."),
             Step(
-                heredoc("train.py", _train_script(label, kind)),
+                heredoc("train.py", train_script(label, kind)),
                 "The baseline uses only a couple of numeric columns. Gradient-boosted trees on all "
                 "features, with the categorical ones one-hot encoded, should do much better.",
             ),
@@ -232,7 +210,9 @@ def improve_playbook(task: str | None) -> list[Step]:
             _VALIDATE,
             _SUBMIT,
         ]
-    return baseline_playbook(task)
+    if task == DIAL_TASK:  # next_dial_step plays it from the observations; its opening is validate
+        return baseline_playbook(task)
+    raise cannot_play("improve", [str(task)])
 
 
 def next_playbook_step(playbook: Sequence[Step], commands: Sequence[str | None]) -> Step:
@@ -288,14 +268,17 @@ def next_improve_step(conversation: Conversation) -> Step:
 
 class BaselinePolicy:
     name = "baseline"
+    plays = None  # any task
 
     def respond(self, messages: list[dict[str, Any]], rng: random.Random) -> str:
         conversation = read_conversation(messages)
-        return render_reply(next_playbook_step(baseline_playbook(conversation.task), conversation.commands), rng)
+        playbook = baseline_playbook(conversation.task, conversation.files)
+        return render_reply(next_playbook_step(playbook, conversation.commands), rng)
 
 
 class ImprovePolicy:
     name = "improve"
+    plays = IMPROVE_TASKS
 
     def respond(self, messages: list[dict[str, Any]], rng: random.Random) -> str:
         return render_reply(next_improve_step(read_conversation(messages)), rng)
@@ -314,9 +297,15 @@ class NoisyPolicy:
     useless_share: float = 0.6
     submit: float = 0.5
     name: str = "noisy"
+    plays = None  # baseline's playbook where improve has no recipe: it is there to make rollouts differ
 
     def respond(self, messages: list[dict[str, Any]], rng: random.Random) -> str:
-        step = next_improve_step(read_conversation(messages))
+        conversation = read_conversation(messages)
+        if conversation.task in IMPROVE_TASKS:
+            step = next_improve_step(conversation)
+        else:
+            playbook = baseline_playbook(conversation.task, conversation.files)
+            step = next_playbook_step(playbook, conversation.commands)
         chance = self.submit if step.command == SUBMIT else self.useful
         if rng.random() < chance:
             return render_reply(step, rng)

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from air.agents.policies import SPECS, PolicySpecError, make_policy
+from air.agents.policies import SPECS, PolicySpecError, make_policy, require_playable
 from air.agents.server import PolicyServerError, serve_forever
 from air.agents.tiny_model import TinyModelError
 from air.cli.errors import CommandError
@@ -171,7 +171,8 @@ def cmd_standalone(args: argparse.Namespace) -> int:
         raise CommandError("; ".join(problems)) from None
     if settings.base_url is None:
         try:
-            make_policy(settings.policy)  # a bad spec fails here, before any folder or container
+            # A bad spec, or a task the policy cannot play, fails here: before any folder or container.
+            require_playable(make_policy(settings.policy), settings.tasks or [])
         except PolicySpecError as exc:
             raise CommandError(str(exc)) from exc
     loggers = []

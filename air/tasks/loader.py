@@ -178,25 +178,29 @@ class Task:
         for index, dataset in enumerate(local):
             source = self.root / dataset.data_path
             if not source.is_dir():
-                raise TaskError(
+                raise _missing_data(
                     f"Dataset {dataset.name!r} of task {self.name} expects local data in {source}, which does "
-                    f"not exist.{_generator_hint(source) or ' Some MLGym tasks generate it first.'}"
+                    "not exist.",
+                    source,
+                    " Some MLGym tasks generate it first.",
                 )
             # Like `docker cp dir ws/data`: the first dataset becomes data/, later ones data/<name>/.
             prefix = "data" if index == 0 else f"data/{source.name}"
             found = _walk(source, prefix)
             if not found:
-                raise TaskError(
+                raise _missing_data(
                     f"Dataset {dataset.name!r} of task {self.name}: {source} is empty (a generator that failed "
-                    f"half-way leaves it so).{_generator_hint(source)}"
+                    "half-way leaves it so).",
+                    source,
                 )
             if index == 0:  # split globs are written against the workspace's data/ folder
                 for split in (dataset.train_split, dataset.valid_split, dataset.test_split):
                     pattern = split.file_regex.removeprefix("./") if split else ""
                     if split and not any(fnmatch.fnmatch(path, pattern) for path in found):
-                        raise TaskError(
+                        raise _missing_data(
                             f"Dataset {dataset.name!r} of task {self.name}: no file for its {split.name!r} split "
-                            f"({split.file_regex}) in {source}.{_generator_hint(source)}"
+                            f"({split.file_regex}) in {source}.",
+                            source,
                         )
             files.update(found)
         for entry in self.config.starter_code:
@@ -213,16 +217,34 @@ class Task:
         return files
 
 
+class MissingDataError(TaskError):
+    """A task's local dataset folder is missing, empty or lacks a split; ``fix`` says how to make it."""
+
+    def __init__(self, message: str, fix: str) -> None:
+        super().__init__(message)
+        self.fix = fix
+
+
+class UnknownTaskError(TaskError):
+    """No task config of that name or id in the task root (the message lists the known ones)."""
+
+
+# MLGym's generators were written for pandas 2: pandas 3 (this project's) rejects their
+# ``drop(columns=..., axis=1)``. uv runs them with their own pandas, outside any project (MLGym's too).
+GENERATOR_PYTHON = "uv run --no-project --with 'pandas<3' --with scikit-learn python"
+
+
 def generator_command(data_folder: Path) -> str | None:
     """How an MLGym-style dataset folder is made: a script in its sibling ``_helpers/``, run from there."""
     helpers = data_folder.parent / "_helpers"
     scripts = sorted(p.name for p in helpers.glob("*.py")) if helpers.is_dir() else []
-    return f"cd {helpers} && python {scripts[0]}" if scripts else None
+    return f"cd {helpers} && {GENERATOR_PYTHON} {scripts[0]}" if scripts else None
 
 
-def _generator_hint(data_folder: Path) -> str:
+def _missing_data(message: str, data_folder: Path, otherwise: str = "") -> MissingDataError:
     command = generator_command(data_folder)
-    return f" It is generated: `{command}`." if command else ""
+    hint = f" It is generated: `{command}`." if command else otherwise
+    return MissingDataError(message + hint, command or f"restore the files of {data_folder}")
 
 
 def _walk(folder: Path, prefix: str) -> dict[str, Path]:
@@ -247,7 +269,7 @@ def load_task(name: str, task_root: str | os.PathLike[str] | None = None) -> Tas
         by_id = {_read_yaml(p).get("id"): p for p in tasks_dir.glob("*.yaml")}
         if stem not in by_id:
             known = ", ".join(list_tasks(root)) or "(none)"
-            raise TaskError(f"Unknown task {name!r} in {tasks_dir}. Known tasks: {known}")
+            raise UnknownTaskError(f"Unknown task {name!r} in {tasks_dir}. Known tasks: {known}")
         path = by_id[stem]
     config: TaskConfig = _validated(TaskConfig, _read_yaml(path), path)
     datasets = []

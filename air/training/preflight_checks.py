@@ -74,7 +74,7 @@ def check_docker(ctx: PreflightContext) -> Iterator[CheckRow]:
 def check_tasks(ctx: PreflightContext) -> Iterator[CheckRow]:
     from air.env.settings import env_settings_problems
     from air.tasks.config import TaskError
-    from air.tasks.loader import generator_command, list_tasks, load_task, resolve_task_root, task_root_source
+    from air.tasks.loader import MissingDataError, list_tasks, load_task, resolve_task_root, task_root_source
 
     seen_roots: dict[str, Path | None] = {}
     for entry in ctx.our_envs:
@@ -113,8 +113,7 @@ def check_tasks(ctx: PreflightContext) -> Iterator[CheckRow]:
                 files = task.workspace_files()
             except TaskError as exc:
                 ctx.failed_tasks.add(name)
-                local = [root / d.data_path for d in task.datasets if d.is_local]
-                fix = next(filter(None, map(generator_command, local)), "restore the missing files in the task root")
+                fix = exc.fix if isinstance(exc, MissingDataError) else "restore the missing files in the task root"
                 yield CheckRow(f"task {name}", "fail", str(exc), fix)
                 continue
             remote = [d for d in task.datasets if not d.is_local]

@@ -23,14 +23,18 @@ import openai
 import pytest
 
 from air.agents.policies import (
+    IMPROVE_TASKS,
     SPECS,
     ImprovePolicy,
     NoisyPolicy,
+    PolicyCannotPlay,
     PolicySpecError,
     ScriptPolicy,
+    baseline_playbook,
     extract_command,
     improve_playbook,
     make_policy,
+    require_playable,
 )
 from air.agents.server import PolicyServer, PolicyServerError
 from air.cli.runs import register_policy_server
@@ -191,9 +195,9 @@ async def test_verifiers_reads_the_response(improve_server):
 
     async with openai.AsyncOpenAI(base_url=improve_server.base_url, api_key="unused", max_retries=0) as client:
         sampling_args = {"temperature": 1.0, "max_completion_tokens": 256, "logprobs": True, "extra_body": {}}
-        response = await client.chat.completions.create(model="m", messages=opening("titanic"), **sampling_args)
+        response = await client.chat.completions.create(model="m", messages=opening("dial"), **sampling_args)
     (message,) = await parse_response_messages(response, "chat")
-    assert message["role"] == "assistant" and extract_command(message["content"]) == "ls"
+    assert message["role"] == "assistant" and extract_command(message["content"]) == "validate"
     assert await parse_is_truncated(response, "chat") is False
     assert await parse_response_tokens(response, "chat") is None
 
@@ -237,9 +241,9 @@ def test_invalid_json_and_unknown_routes_get_json_errors(improve_server, client)
 
 
 def test_several_choices_when_asked(client):
-    response = client.chat.completions.create(model="m", messages=opening("titanic"), n=3, seed=1)
+    response = client.chat.completions.create(model="m", messages=opening("dial"), n=3, seed=1)
     assert [c.index for c in response.choices] == [0, 1, 2]
-    assert {extract_command(c.message.content) for c in response.choices} == {"ls"}
+    assert {extract_command(c.message.content) for c in response.choices} == {"validate"}
 
 
 def test_content_parts_are_read_as_text(client):
@@ -312,11 +316,10 @@ FIRST_COMMAND = {
     ("baseline", "buildingEnergy"): "python baseline.py",
     ("baseline", "laneMerge"): "validate",
     ("baseline", "dial"): "validate",
-    ("baseline", "titanic"): "ls",
+    ("baseline", "titanic"): "validate",  # no baseline script listed: the workspace as given
     ("improve", "loanDefault"): "head -3 data/train.csv",
     ("improve", "buildingEnergy"): "head -3 data/train.csv",
     ("improve", "dial"): "validate",
-    ("improve", "titanic"): "ls",
 }
 
 
@@ -342,12 +345,72 @@ def test_replies_parse_the_same_with_the_envs_parser():
     rng = random.Random(0)
     for policy in (make_policy("baseline"), make_policy("improve"), NoisyPolicy()):
         for task in ("loanDefault", "buildingEnergy", "laneMerge", "dial", "titanic"):
+            plays = getattr(policy, "plays", None)
+            if plays is not None and task not in plays:
+                continue
             for done in range(4):
-                commands = [s.command for s in improve_playbook(task)][:done]
+                playbook = improve_playbook(task) if task in IMPROVE_TASKS else baseline_playbook(task)
+                commands = [s.command for s in playbook][:done]
                 reply = policy.respond(conversation(task, commands), rng)
                 parsed = actions.parse_action(reply)
                 assert parsed.command == extract_command(reply), reply
                 assert (parsed.error is None) == (parsed.command is not None)
+
+
+def mlgym_style_opening(tmp_path: Path) -> list[dict]:
+    """The env's own first prompt for a task in MLGym's layout that ships baseline.py (like
+    regressionKaggleHousePrice): the policy must find the script in the prompt's workspace listing."""
+    from air.env.prompts import task_prompt, workspace_listing
+    from tests.mlgym_like import write_mlgym_like_root
+
+    task = load_task("shipwreck", write_mlgym_like_root(tmp_path / "root"))
+    return [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": task_prompt(task, listing=workspace_listing(task))},
+    ]
+
+
+def test_baseline_runs_the_baseline_script_the_workspace_ships(tmp_path):
+    messages = mlgym_style_opening(tmp_path)
+    with PolicyServer("baseline") as server, openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0) as c:
+        ask = client_ask(c)
+        commands = run_episode(ask, "shipwreck", lambda _: "ok")  # opening() lists no baseline script
+        assert commands == ["validate", "submit"]
+        assert extract_command(ask(messages)) == "python baseline.py"
+    rl_like = opening("rlSomething")
+    rl_like[1]["content"] += "\nsrc/train.py  (3.0 KB)\nevaluate.py  (1.2 KB)"
+    assert extract_command(make_policy("baseline").respond(rl_like, random.Random(0))) == "python src/train.py"
+
+
+def test_improve_refuses_a_task_it_has_no_recipe_for():
+    with pytest.raises(PolicyCannotPlay) as refused:
+        require_playable(make_policy("improve"), ["laneMerge", "battleOfSexes"])
+    message = str(refused.value)
+    assert "\n" not in message and "'battleOfSexes'" in message and "'laneMerge'" not in message.split(":")[0]
+    assert "loanDefault" in message and "--policy baseline" in message
+    require_playable(make_policy("improve"), sorted(IMPROVE_TASKS))
+    require_playable(make_policy("baseline"), ["battleOfSexes"])  # plays any task
+    require_playable(make_policy("noisy"), ["battleOfSexes"])  # baseline's playbook, with noise
+    # Served (vf-eval, a rehearsal): the request fails with the same line instead of an aimless episode.
+    with PolicyServer("improve") as server, openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0) as c:
+        with pytest.raises(openai.InternalServerError, match="has no recipe for 'battleOfSexes'"):
+            c.chat.completions.create(model="m", messages=opening("battleOfSexes"))
+
+
+def test_standalone_refuses_improve_on_a_task_it_cannot_play(tmp_path, monkeypatch, capsys):
+    from air.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    argv = ["standalone", "--policy", "improve", "--task", "battleOfSexes", "--task-root", str(tmp_path)]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("air: error: policy 'improve' has no recipe for 'battleOfSexes'") and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "outputs").exists()
+
+
+def test_noisy_plays_the_baseline_where_improve_has_no_recipe():
+    commands = run_episode(lambda m: NoisyPolicy(useful=1.0, submit=1.0).respond(m, random.Random(0)), "x", str)
+    assert commands == ["validate", "submit"]
 
 
 # ----------------------------------------------------------------------------- policies over an episode
@@ -370,7 +433,7 @@ def test_baseline_playbooks_over_an_episode():
         assert run_episode(ask, "buildingEnergy", lambda _: "ok") == ["python baseline.py", "validate", "submit"]
         assert run_episode(ask, "laneMerge", lambda _: "ok") == ["validate", "submit"]
         assert run_episode(ask, "dial", lambda _: "ok") == ["validate", "submit"]
-        assert run_episode(ask, "somethingNew", lambda _: "ok") == ["ls", "validate", "submit"]
+        assert run_episode(ask, "somethingNew", lambda _: "ok") == ["validate", "submit"]
 
 
 @pytest.mark.parametrize("target", [0, 1, 37, 50, 64, 99, 100])

@@ -36,4 +36,4 @@ def test_unknown_task_in_demo_lists_known_ones(tmp_path) -> None:
 def test_demo_reproduces_a_baseline(docker_image: str, tmp_path) -> None:
     result = air("demo", "--task", "loanDefault", "--image", docker_image, cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "loanDefault" in result.stdout and "0.8075" in result.stdout and "ok" in result.stdout
+    assert "loanDefault" in result.stdout and "0.8075" in result.stdout and "reproduced" in result.stdout
