@@ -17,7 +17,11 @@ def register_view(subparsers: argparse._SubParsersAction) -> None:
         help="open the trajectory viewer on a folder of rollouts (ours or MLGym runs)",
         description=cmd_view.__doc__,
     )
-    parser.add_argument("directory", help="folder of trajectories, e.g. runs/standalone/trajectories")
+    parser.add_argument(
+        "directory",
+        help="a folder of runs or trajectories, at any depth: outputs/standalone (every standalone run), one "
+        "run's folder, outputs/trajectories (prime-rl's) or an MLGym trajectory folder",
+    )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
     parser.add_argument("--port", type=int, help="port (default: 8501, or the next free one)")
     parser.add_argument("--browser", action="store_true", help="also open a browser on this machine")

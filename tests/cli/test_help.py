@@ -40,3 +40,4 @@ def test_every_option_has_help_and_says_its_default() -> None:
 def test_air_view_example_points_at_where_runs_go() -> None:
     text = _subcommands()["view"].format_help()
     assert "runs/standalone/trajectories" not in text
+    assert "outputs/standalone" in " ".join(text.split())
