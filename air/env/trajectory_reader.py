@@ -75,11 +75,15 @@ def iter_trajectory_paths(directory: Path | str) -> Iterator[Path]:
             found.append(here)
             dirnames.clear()
             continue
-        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        # W&B's own folder (a run's wandb/: its tables, summary and metadata are JSON too) is not ours.
+        dirnames[:] = [d for d in dirnames if not d.startswith(".") and d != "wandb"]
         found += [
             here / name
             for name in filenames
-            if name.endswith(".json") and not name.startswith(".") and name not in _NOT_OURS
+            if name.endswith(".json")
+            and not name.startswith((".", "wandb-"))
+            and name not in _NOT_OURS
+            and not name.endswith(".table.json")
         ]
     return iter(sorted(found))
 

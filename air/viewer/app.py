@@ -48,7 +48,10 @@ def _load_index(directory: str, reload: bool) -> TrajectoryIndex:
 def _sidebar_filters(frame: pd.DataFrame, index: TrajectoryIndex) -> tuple[stats.Filters, str, bool]:
     side = st.sidebar
     side.header("Filters")
+    runs = sorted(frame["run"].unique())
     filters = stats.Filters(
+        # Only where the folder holds several runs (outputs/standalone: one folder per run).
+        runs=side.multiselect("Run", runs, key="filter_runs") if len(runs) > 1 else [],
         tasks=side.multiselect("Task", sorted(frame["task"].unique()), key="filter_tasks"),
         agents=side.multiselect("Model or policy", sorted(frame["agent"].unique()), key="filter_agents"),
     )

@@ -9,12 +9,18 @@ HEIGHT = 220
 _STEP_AXIS = alt.X("step:Q", title="training step", axis=alt.Axis(format="d", tickMinStep=1))
 
 
+def _by_run(table: pd.DataFrame) -> dict[str, alt.Color]:
+    """One colour per run when the table holds several (each its own curve), none for one run."""
+    return {"color": alt.Color("run:N", title="run")} if table["run"].nunique() > 1 else {}
+
+
 def reward_curve(table: pd.DataFrame) -> alt.Chart:
-    """Mean reward per training step: the learning curve."""
+    """Mean reward per training step: the learning curve, one per run."""
     base = alt.Chart(table).encode(
         x=_STEP_AXIS,
         y=alt.Y("reward:Q", title="mean reward"),
-        tooltip=["step", alt.Tooltip("reward:Q", format=".4f"), "rollouts"],
+        tooltip=["run", "step", alt.Tooltip("reward:Q", format=".4f"), "rollouts"],
+        **_by_run(table),
     )
     return (base.mark_line() + base.mark_circle(size=28)).properties(title="Reward per step", height=HEIGHT)
 
@@ -28,6 +34,7 @@ def score_curves(table: pd.DataFrame) -> alt.FacetChart:
             x=_STEP_AXIS,
             y=alt.Y("final_score:Q", title="final score", scale=alt.Scale(zero=False)),
             tooltip=[
+                "run",
                 "task",
                 "step",
                 alt.Tooltip("final_score:Q", format=".4f"),
@@ -35,6 +42,7 @@ def score_curves(table: pd.DataFrame) -> alt.FacetChart:
                 alt.Tooltip("baseline:Q", format=".4f"),
                 "rollouts",
             ],
+            **_by_run(table),
         )
     )
     baseline = alt.Chart().mark_rule(strokeDash=[4, 3], color="gray").encode(y="mean(baseline):Q")

@@ -33,6 +33,7 @@ class RolloutSummary:
 
     key: str  # the path relative to the folder: unique, stable across reloads
     path: str
+    run: str  # the run it belongs to (see run_of): groups are per run, never pooled across runs
     source: str
     id: str
     task: str
@@ -82,6 +83,7 @@ def summarise(record: TrajectoryRecord, path: Path, root: Path) -> RolloutSummar
     return RolloutSummary(
         key=_key(path, root),
         path=str(path),
+        run=run_of(path, root),
         source=record.source,
         id=record.id,
         task=record.task,
@@ -214,6 +216,22 @@ class TrajectoryIndex:
         except (TrajectoryError, ValidationError, OSError, UnicodeDecodeError, ValueError) as exc:
             message = str(exc) if isinstance(exc, TrajectoryError) else f"{path}: {type(exc).__name__}: {exc}"
             return Problem(key=_key(path, self.directory), path=str(path), error=message)
+
+
+def run_of(path: Path, root: Path) -> str:
+    """The run a trajectory belongs to: the folder holding the ``trajectories/`` folder it sits in
+    (``air standalone``'s run folder, prime-rl's output folder), relative to the viewed folder; the
+    viewed folder's own name when the file is not under such a folder inside it (a run folder or its
+    ``trajectories/`` opened directly, MLGym runs). Two runs' group ``1-0`` are two groups."""
+    try:
+        parts = path.relative_to(root).parts[:-1]
+    except ValueError:
+        parts = ()
+    if "trajectories" in parts:
+        above = parts[: len(parts) - 1 - parts[::-1].index("trajectories")]
+        if above:
+            return "/".join(above)
+    return root.parent.name if root.name == "trajectories" and root.parent.name else root.name or str(root)
 
 
 def _key(path: Path, root: Path) -> str:

@@ -11,6 +11,7 @@ import streamlit as st
 from air.viewer import charts, stats
 
 TABLE_COLUMNS = {
+    "run": st.column_config.TextColumn("run", help="the run folder the rollout was recorded in"),
     "task": st.column_config.TextColumn("task"),
     "agent": st.column_config.TextColumn("model / policy"),
     "step": st.column_config.NumberColumn("step", format="%d"),
@@ -59,7 +60,7 @@ def _headline(frame: pd.DataFrame, shown: pd.DataFrame, problems: int) -> None:
     scored = shown["improvement"].dropna()
     columns = st.columns(6)
     columns[0].metric(f"rollouts shown (of {len(frame):,})", f"{len(shown):,}")
-    columns[1].metric("tasks", shown["task"].nunique())
+    columns[1].metric("runs · tasks", f"{shown['run'].nunique()} · {shown['task'].nunique()}")
     steps = shown["step"].dropna()
     columns[2].metric("training steps", f"{steps.min()}-{steps.max()}" if len(steps) else "none")
     columns[3].metric("mean reward", stats.format_score(shown["reward"].mean()))

@@ -42,6 +42,7 @@ def index_frame(index: TrajectoryIndex) -> pd.DataFrame:
 class Filters:
     """Empty collections and None bounds mean 'no restriction'."""
 
+    runs: list[str] = field(default_factory=list)
     tasks: list[str] = field(default_factory=list)
     agents: list[str] = field(default_factory=list)
     steps: tuple[int, int] | None = None
@@ -52,6 +53,8 @@ class Filters:
 
 def apply_filters(frame: pd.DataFrame, filters: Filters) -> pd.DataFrame:
     keep = pd.Series(True, index=frame.index)
+    if filters.runs:
+        keep &= frame["run"].isin(filters.runs)
     if filters.tasks:
         keep &= frame["task"].isin(filters.tasks)
     if filters.agents:
@@ -81,9 +84,9 @@ def has_steps(frame: pd.DataFrame) -> bool:
 
 
 def learning_curve(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per training step: mean reward, and per task the mean final score against the baseline."""
+    """Per run and training step: mean reward, and per task the mean final score against the baseline."""
     stepped = frame[frame["step"].notna()]
-    grouped = stepped.groupby(["step", "task"], as_index=False).agg(
+    grouped = stepped.groupby(["run", "step", "task"], as_index=False).agg(
         reward=("reward", "mean"),
         final_score=("final_score", "mean"),
         best_score=("best_score", "mean"),
@@ -95,8 +98,9 @@ def learning_curve(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def reward_per_step(frame: pd.DataFrame) -> pd.DataFrame:
+    """Mean reward per run and step: step 3 of two runs is two points, not their average."""
     stepped = frame[frame["step"].notna()]
-    table = stepped.groupby("step", as_index=False).agg(reward=("reward", "mean"), rollouts=("key", "size"))
+    table = stepped.groupby(["run", "step"], as_index=False).agg(reward=("reward", "mean"), rollouts=("key", "size"))
     table["step"] = table["step"].astype(int)
     return table
 
@@ -140,13 +144,14 @@ def format_error_rate(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def zero_advantage_share(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per step, the share of GRPO groups (two or more rollouts sharing a group_id) in which every
-    rollout got the same reward: their advantages are all zero, so they teach the model nothing.
-    Empty when no rollout records both a group and a step."""
+    """Per step, the share of GRPO groups (two or more rollouts of one run sharing a group_id) in which
+    every rollout got the same reward: their advantages are all zero, so they teach the model nothing.
+    A group is keyed by (run, group_id): group ``1-0`` of three runs is three groups. Empty when no
+    rollout records both a group and a step."""
     grouped = frame[frame["group_id"].notna() & frame["reward"].notna() & frame["step"].notna()]
     if grouped.empty:
         return pd.DataFrame(columns=["step", "groups", "zero_advantage", "share"])
-    per_group = grouped.groupby(["step", "group_id"]).agg(
+    per_group = grouped.groupby(["step", "run", "group_id"]).agg(
         size=("reward", "size"), spread=("reward", lambda s: float(s.max() - s.min()))
     )
     per_group = per_group[per_group["size"] >= 2]
@@ -176,10 +181,13 @@ def format_score(value: float | None) -> str:
 
 
 def rollout_labels(frame: pd.DataFrame) -> dict[str, str]:
-    """How rollouts are named in pickers: task · agent · step · reward · id, by key."""
+    """How rollouts are named in pickers: [run ·] task · agent · step · reward · id, by key (the run
+    where the folder holds several)."""
     step = frame["step"].map(lambda v: "" if pd.isna(v) else f" · step {v}")
     reward = frame["reward"].map(lambda v: "no reward" if pd.isna(v) else f"reward {v:.3f}")
     labels = frame["task"] + " · " + frame["agent"] + step + " · " + reward + " · " + frame["id"].str[:8]
+    if frame["run"].nunique() > 1:
+        labels = frame["run"] + " · " + labels
     return dict(zip(frame.index, labels, strict=True))
 
 

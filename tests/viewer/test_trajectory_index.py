@@ -106,6 +106,7 @@ def row(key: str, **fields) -> RolloutSummary:
     values: dict = dict(
         key=key,
         path=f"/runs/{key}",
+        run="runs",
         source="air",
         id=key,
         task="titanic",
