@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -132,7 +133,8 @@ async def _reproduce(pool: SandboxPool, task: Task, timeout: float | None) -> De
             if run.exit_code != 0:
                 why = f"stopped after {limit:g} s" if run.timed_out else f"exited with {run.exit_code}"
                 tail = "\n".join(run.output.rstrip().splitlines()[-OUTPUT_TAIL_LINES:])
-                return DemoResult(task.name, "failed", task, detail=f"`python {script}` {why}:\n{tail}")
+                detail = f"`python {script}` {why}:\n{tail}{_missing_module_hint(run.output)}"
+                return DemoResult(task.name, "failed", task, detail=detail)
         scores: list[float] = []
         for index in range(SAMPLED_SEEDS):
             evaluation = await workspace.evaluate()  # each under its own seed, derived from DEMO_SEED
@@ -182,6 +184,17 @@ async def run_demo(
                 await asyncio.gather(*(one(task) for task in runnable))
     print_results(results, console, config.resolved_image())
     return results
+
+
+def _missing_module_hint(output: str) -> str:
+    """A baseline that needs a library the image lacks (MLGym's RL baselines import jax): say which image has it."""
+    found = re.findall(r"ModuleNotFoundError: No module named '([^']+)'", output)
+    if not found:
+        return ""
+    return (
+        f"\nFix: the image lacks the Python module {found[-1]!r}; run with an image that has it, e.g. "
+        "--image aigym/mlgym-agent:latest (MLGym's own), or add it to this project's image"
+    )
 
 
 def demo_failed(results: Sequence[DemoResult]) -> bool:

@@ -82,6 +82,8 @@ def root(tmp_path: Path) -> Path:
     _task(root, "votes", csv, baseline_paths=["baseline.py"], baseline_scores=[{"accuracy": 0.75}])
     crashing = {"evaluate.py": CSV_EVALUATE, "baseline.py": f"raise MemoryError({CRASH!r})\n"}
     _task(root, "crashy", crashing, baseline_paths=["baseline.py"], baseline_scores=[{"accuracy": 0.75}])
+    lacking = {"evaluate.py": CSV_EVALUATE, "baseline.py": "import air_no_such_library\n"}
+    _task(root, "needsLib", lacking, baseline_paths=["baseline.py"], baseline_scores=[{"accuracy": 0.75}])
     _task(root, "noBaseline", {"evaluate.py": CSV_EVALUATE}, baseline_scores=[{"accuracy": 0.7}])
     _task(root, "broken", {"evaluate.py": CSV_EVALUATE}, dataset_configs=["datasets/missing.yaml"])
     generated = _dataset(root, "houses", "data/generated/data", is_local=True)
@@ -150,12 +152,15 @@ def test_every_task_gets_one_status(root: Path, docker_image: str, capsys, monke
         "dice": "reproduced",
         "generated": "data missing",
         "hubData": "data missing",
+        "needsLib": "failed",
         "noBaseline": "no baseline shipped",
         "votes": "reproduced",
     }
     for name, status in expected.items():
         assert any(re.match(rf"{name}\s+{status}\s", line) for line in out.splitlines()), f"{name}: {status}\n{out}"
     assert CRASH in out, "the whole reason, not its first 60 characters"
+    # A library the image lacks (MLGym's RL baselines import jax) names the fix: another image.
+    assert "lacks the Python module 'air_no_such_library'" in out and "--image" in out
     dice = next(line for line in out.splitlines() if line.startswith("dice "))
     assert "±" in dice, f"a sampled score shows its spread over {SAMPLED_SEEDS} seeds: {dice}"
-    assert out.splitlines()[-1] == "FAILED: 2 reproduced, 1 no baseline shipped, 2 data missing, 2 failed"
+    assert out.splitlines()[-1] == "FAILED: 2 reproduced, 1 no baseline shipped, 2 data missing, 3 failed"
