@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,12 @@ import pytest
 from air.sandbox.config import SandboxConfig
 from tests import opt_in  # noqa: F401  (captures the opt-in checkouts before the variables go)
 from tests.second_engine import second_engine  # noqa: F401  (a fixture)
+
+# A suite started from a script's background job inherits SIGINT ignored, and so does every program it starts:
+# the tests that press Ctrl-C on one then wait in vain. Restore what a terminal gives (exec resets a handler
+# to the default, where an ignored signal stays ignored).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Variables that choose what a run uses (task root, image, prime-rl, the viewer's folder, state, W&B).
 USER_VARIABLES = (

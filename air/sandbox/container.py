@@ -109,6 +109,19 @@ def container_kwargs(config: SandboxConfig, labels: dict[str, str]) -> dict[str,
     return kwargs
 
 
+def _ended_how(container: Container) -> str:
+    """The container's state as the engine reports it, for an error message."""
+    try:
+        container.reload()
+    except DOCKER_ERRORS as exc:
+        return f"its state could not be read: {exc}"
+    state = container.attrs.get("State", {})
+    return (
+        f"its state: {state.get('Status')}, exit code {state.get('ExitCode')}, OOM-killed {state.get('OOMKilled')}, "
+        f"started {state.get('StartedAt')}, finished {state.get('FinishedAt')}, error {state.get('Error')!r}"
+    )
+
+
 class Sandbox:
     """A container with one persistent agent shell, plus root-side helpers for the runtime."""
 
@@ -142,6 +155,12 @@ class Sandbox:
         sandbox = cls(container, config)
         try:
             await sandbox.shell.start()
+        except SandboxDied as exc:
+            # A container dead before its shell started: say how it ended (exit code, OOM, the engine's error).
+            state = await asyncio.to_thread(_ended_how, container)
+            with contextlib.suppress(*DOCKER_ERRORS, RuntimeError):
+                await asyncio.to_thread(destroy_container, container)
+            raise SandboxDied(f"{exc}; {state}") from exc
         except BaseException:
             # An engine gone mid-start: its removal is retried. A loop shutting down (Ctrl-C) has no thread
             # pool left (RuntimeError): the container is tracked, and the exit clean-up removes it.
