@@ -134,7 +134,13 @@ class SandboxPool:
             while True:
                 await self._wait_for_engine(deadline)
                 try:
-                    return await self._take_or_start()
+                    sandbox = await self._take_ready()
+                    if sandbox is None:
+                        # A dead ready one may just have shown the engine restarted: its clean-up runs first
+                        # (it would take a container being created now for one the restart stopped).
+                        await self._wait_for_engine(deadline)
+                        sandbox = await self._create()
+                    return sandbox
                 except SandboxImageMissing as exc:  # removed while the pool ran: no point in starting more
                     self._unavailable = exc
                     raise
@@ -144,7 +150,8 @@ class SandboxPool:
         finally:
             self._refill()
 
-    async def _take_or_start(self) -> Sandbox:
+    async def _take_ready(self) -> Sandbox | None:
+        """A warm sandbox that still answers, or None."""
         while self._ready:
             sandbox = self._ready.popleft()
             try:
@@ -154,7 +161,7 @@ class SandboxPool:
             except SandboxDied as exc:
                 await self.engine_fault(sandbox, exc)  # one dead, maybe all: the engine is asked once
             destroy_in_background(sandbox)  # went bad while waiting
-        return await self._create()
+        return None
 
     async def _create(self) -> Sandbox:
         """A new container, stamped with the engine generation it was started in."""

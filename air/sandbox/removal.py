@@ -14,10 +14,12 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import re
 import signal
 import socket
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import datetime
 from typing import Any
 
 import docker
@@ -98,11 +100,28 @@ def owned_filters() -> dict[str, list[str]]:
     return {"label": [f"{LABEL}=1", f"{LABEL_HOST}={socket.gethostname()}", f"{LABEL_PID}={os.getpid()}"]}
 
 
+def engine_time(text: str) -> datetime:
+    """A Docker timestamp (``2026-11-25T03:32:14.761819895Z``: nanoseconds, which datetime cannot hold)."""
+    match = re.fullmatch(r"([^.Z+]+)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)?", text.strip())
+    if match is None:
+        raise ValueError(f"not a Docker timestamp: {text!r}")
+    base, fraction, zone = match.groups()
+    stamp = f"{base}.{(fraction or '0')[:6].ljust(6, '0')}{'+00:00' if zone in (None, 'Z') else zone}"
+    return datetime.fromisoformat(stamp)
+
+
 def remove_stopped_owned(client: docker.DockerClient | None = None) -> int:
-    """Remove this process's containers that no longer run (an engine restart stopped them)."""
+    """Remove this process's containers an engine restart stopped (exited or dead), and the ones a start
+    the restart cut off left ``created``: those made before now by the engine's clock. A start under way
+    now is ``created`` too for a moment, and is left to run."""
     client = client or docker_client()
+    now = engine_time(client.info()["SystemTime"])
     owned = client.containers.list(all=True, filters=owned_filters(), ignore_removed=True)
-    stopped = [c for c in owned if c.status != "running"]
+    stopped = [
+        c
+        for c in owned
+        if c.status in ("exited", "dead") or (c.status == "created" and engine_time(c.attrs["Created"]) < now)
+    ]
     for container in stopped:
         destroy_container(container)
         with _pending_lock:
