@@ -8,6 +8,7 @@ import threading
 from pathlib import Path
 
 from air.cli.errors import CommandError
+from air.cli.help import DefaultsHelpFormatter
 from air.viewer.launch import INSTALL_HINT, serve, warm_up
 
 
@@ -16,21 +17,24 @@ def register_view(subparsers: argparse._SubParsersAction) -> None:
         "view",
         help="open the trajectory viewer on a folder of rollouts (ours or MLGym runs)",
         description=cmd_view.__doc__,
+        formatter_class=DefaultsHelpFormatter,
     )
     parser.add_argument(
         "directory",
+        metavar="DIR",
         help="a folder of runs or trajectories, at any depth: outputs/standalone (every standalone run), one "
         "run's folder, outputs/trajectories (prime-rl's) or an MLGym trajectory folder",
     )
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on; 0.0.0.0 listens on every interface")
     parser.add_argument("--port", type=int, help="port (default: 8501, or the next free one)")
     parser.add_argument("--browser", action="store_true", help="also open a browser on this machine")
     parser.set_defaults(func=cmd_view)
 
 
 def cmd_view(args: argparse.Namespace) -> int:
-    """Serve the Streamlit trajectory viewer for DIR (our trajectory JSON at any depth, MLGym run folders).
-    Prints the URL; on a remote node, forward the port (ssh -L 8501:localhost:8501)."""
+    """Serve the Streamlit trajectory viewer for DIR: our trajectory JSON and MLGym run folders at any
+    depth, each rollout shown with its run (several runs' groups are never pooled). Prints the URL;
+    on a remote node, forward the port (ssh -L 8501:localhost:8501)."""
     if importlib.util.find_spec("streamlit") is None:
         raise CommandError(f"the viewer needs Streamlit, which this environment lacks: {INSTALL_HINT}")
     directory = Path(args.directory).expanduser()
