@@ -33,6 +33,7 @@ from air.agents.policies import Policy, make_policy
 from air.agents.vllm_api import VllmSampling, VllmSide
 
 STARTUP_TIMEOUT_S = 30.0
+KEEP_ALIVE_S = 75  # seconds an idle keep-alive connection stays open (see start())
 
 
 class PolicyServerError(RuntimeError):
@@ -329,6 +330,10 @@ class PolicyServer:
             log_config=None,  # leave the host program's logging configuration alone
             access_log=False,
             lifespan="off",
+            # Outlive every client's idle pool (httpx and openai keep idle connections 5 s, uvicorn's
+            # default is also 5 s): otherwise a client reuses a connection the server closes at that
+            # same instant and the rollout dies on a ReadError, seen with eight rollouts under load.
+            timeout_keep_alive=KEEP_ALIVE_S,
             timeout_graceful_shutdown=5,
         )
         self._server = uvicorn.Server(config)

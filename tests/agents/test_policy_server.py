@@ -13,8 +13,10 @@ import os
 import random
 import re
 import signal
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -292,6 +294,26 @@ def test_start_stop_and_port_errors():
     assert not server.running
     with pytest.raises(httpx.ConnectError):
         httpx.get(url + "/models")
+
+
+def _get_health(conn: socket.socket) -> bytes:
+    """One keep-alive GET /health on ``conn``; the response's bytes (empty when the server closed it)."""
+    conn.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: keep-alive\r\n\r\n")
+    data = b""
+    while b"\r\n\r\n" not in data or not data.endswith(b"}"):
+        chunk = conn.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def test_an_idle_connection_outlives_the_clients_pool_expiry(improve_server):
+    # openai/httpx keep idle connections 5 s; a server closing at the same 5 s races the client's reuse.
+    with socket.create_connection(("127.0.0.1", improve_server.port), timeout=10) as conn:
+        assert _get_health(conn).startswith(b"HTTP/1.1 200")
+        time.sleep(openai._constants.DEFAULT_CONNECTION_LIMITS.keepalive_expiry + 1)
+        assert _get_health(conn).startswith(b"HTTP/1.1 200"), "an idle pooled connection was closed"
 
 
 def test_policy_failure_answers_500_and_the_server_survives():
