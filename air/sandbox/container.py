@@ -1,9 +1,9 @@
 """One container: its life, limits, labels and files (the shell inside it is ``air.sandbox.shell``).
 
-The container's main process is ``sleep <ttl>`` under docker-init: a dead-man switch, so a run
-that dies leaves nothing running forever. Every container carries labels naming this project,
-the run, and the owning process (host, pid and start time), which is how ``pool.reap_orphans``
-knows what a dead process left behind.
+The container's main process is ``sleep <ttl>`` under docker-init, both root's: a dead-man switch,
+so a run that dies leaves nothing running forever, and one the agent cannot kill. Every container
+carries labels naming this project, the run, and the owning process (host, pid and start time),
+which is how ``pool.reap_orphans`` knows what a dead process left behind.
 
 What runs inside (the persistent shell) is ``air.sandbox.shell``; the settings are ``config``;
 this module owns the container's life: create, limits, labels, root-side exec, file copies,
@@ -92,7 +92,11 @@ def container_kwargs(config: SandboxConfig, labels: dict[str, str]) -> dict[str,
         command=["sleep", str(config.ttl_s)],
         detach=True,
         init=True,
-        user=config.user,
+        # docker-init and the keep-alive are root's: the agent (its shell is exec'd as config.user) can
+        # neither signal nor trace them, so it cannot end its container or replace pid 1 with its own.
+        user="root",
+        # No setuid program (su, sudo, ping) raises anyone's rights; root's own execs lose nothing by it.
+        security_opt=["no-new-privileges"],
         working_dir=config.workdir,
         labels=labels,
         nano_cpus=int(config.cpus * 1e9),

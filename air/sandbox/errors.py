@@ -11,6 +11,11 @@ class SandboxDied(SandboxError):
     """The container or its shell is gone; the sandbox cannot be used any more."""
 
 
+class ShellEnded(SandboxDied):
+    """The agent's shell ended (killed, or exec'd away) while its container still runs: a new shell can
+    take its place, which the shell itself does for the agent's commands (never a masked rollout)."""
+
+
 class SandboxStartError(SandboxError):
     """A container could not be created or its shell did not come up."""
 

@@ -19,7 +19,7 @@ import docker.errors
 from docker.models.containers import Container
 
 from air.sandbox.engine import DOCKER_ERRORS
-from air.sandbox.errors import SandboxDied
+from air.sandbox.errors import SandboxDied, ShellEnded
 from air.sandbox.protocol import (
     SHELL_ARGV,
     SHELL_ENV,
@@ -90,6 +90,12 @@ if [ -n "$pids" ]; then
 fi
 """
 
+
+# Appended to the output of a command during which the agent's shell ended.
+ENDED_NOTE = (
+    "\n[the shell ended during this command (killed, or replaced by exec); a new shell was started in {cwd}. "
+    "Files are intact; shell variables, functions and jobs of the old shell are gone]"
+)
 
 TICKS_PER_S = 100  # /proc's clock ticks (USER_HZ)
 # The shell's pid and its subshell's start time (field 22 of /proc/<pid>/stat, ticks since boot).
@@ -179,23 +185,38 @@ class Shell:
         self._sock_owner = None
 
     async def run(self, command: str, timeout: float | None = None) -> CommandResult:
+        """Run one of the agent's commands. A shell the command ends (``kill -9 $$``, ``exec``) is replaced
+        and the output says so; only a container that stopped raises (``SandboxDied``)."""
         async with self._lock:
-            return await self._run_locked(command, timeout)
+            return await self._run_locked(command, timeout, replace_ended=True)
 
-    async def _run_locked(self, command: str, timeout: float | None) -> CommandResult:
+    async def _run_locked(self, command: str, timeout: float | None, *, replace_ended: bool = False) -> CommandResult:
         if self._sock is None:
             raise SandboxDied("shell is closed")
         timeout = self._config.command_timeout_s if timeout is None else timeout
         nonce = new_nonce()
         capture = Capture(self._config.max_output_bytes, (nonce,))
         start = time.perf_counter()
-        await self._send(wrap_command(command, nonce))
         timed_out = restarted = False
         try:
-            await asyncio.wait_for(self._read_until_done(capture), timeout)
-        except TimeoutError:
-            timed_out = True
-            restarted = not await self._interrupt(capture, start)
+            await self._send(wrap_command(command, nonce))
+            try:
+                await asyncio.wait_for(self._read_until_done(capture), timeout)
+            except TimeoutError:
+                timed_out = True
+                restarted = not await self._interrupt(capture, start)
+        except ShellEnded as ended:
+            if not replace_ended:
+                raise
+            await self._replace_ended(ended)
+            return CommandResult(
+                output=capture.text() + ENDED_NOTE.format(cwd=self.cwd),
+                exit_code=None,
+                duration_s=time.perf_counter() - start,
+                truncated=capture.truncated,
+                output_bytes=capture.total,
+                shell_restarted=True,
+            )
         output = capture.text()
         if timed_out:
             note = f"\n[command timed out after {timeout:g} s and was interrupted"
@@ -263,14 +284,22 @@ class Shell:
             await self._restart()
             return False
 
+    async def _replace_ended(self, ended: ShellEnded) -> None:
+        try:
+            await self.start(cwd=self.cwd)
+        except SandboxDied as exc:
+            raise SandboxDied(f"{ended}; a new shell did not start: {exc}") from exc
+
     async def _died(self, why: str) -> SandboxDied:
+        """The error for a shell that stopped answering: ``ShellEnded`` while its container still runs."""
         self.close()
         try:
             await asyncio.to_thread(self._container.reload)
             state = self._container.attrs.get("State", {})
             status = self._container.status
-            if status != "running":
-                why += f"; container {status} (exit code {state.get('ExitCode')}, OOMKilled={state.get('OOMKilled')})"
+            if status == "running":
+                return ShellEnded(f"{why} [container {self._container.short_id}]")
+            why += f"; container {status} (exit code {state.get('ExitCode')}, OOMKilled={state.get('OOMKilled')})"
         except docker.errors.NotFound:
             why += "; container no longer exists"
         except DOCKER_ERRORS as exc:

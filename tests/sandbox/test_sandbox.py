@@ -120,10 +120,47 @@ async def test_killed_container_raises_the_typed_error(sandbox: Sandbox) -> None
         await sandbox.run("echo hello", timeout=10)
 
 
-async def test_killed_shell_raises_the_typed_error(sandbox: Sandbox) -> None:
+@pytest.mark.parametrize("ending", ["kill -9 $$", "exec true", "kill -9 $PPID $$"])
+async def test_a_shell_the_agent_ends_is_replaced_and_the_agent_told(sandbox: Sandbox, ending: str) -> None:
+    await sandbox.run("mkdir -p /tmp/here && cd /tmp/here && echo kept > note && export GONE=1")
+    old_pid = sandbox.shell.pid
+    result = await sandbox.run(f"echo before; {ending}", timeout=30)
+    assert result.shell_restarted and result.exit_code is None and not result.timed_out
+    assert result.output.startswith("before\n") and "a new shell was started in /tmp/here" in result.output
+    assert sandbox.shell.pid != old_pid
+    after = await sandbox.run("pwd; cat note; echo ${GONE:-unset}; id -un")
+    assert after.output == "/tmp/here\nkept\nunset\nagent\n" and after.exit_code == 0
+
+
+async def test_a_shell_killed_between_commands_is_replaced(sandbox: Sandbox) -> None:
     await sandbox.exec_root(["kill", "-KILL", str(sandbox.shell.pid)])
-    with pytest.raises(SandboxDied, match="shell exited"):
-        await sandbox.run("echo hello", timeout=10)
+    result = await sandbox.run("echo hello", timeout=10)
+    assert result.shell_restarted and "a new shell was started" in result.output
+    assert (await sandbox.run("echo hello")).output == "hello\n"
+
+
+async def test_the_agent_cannot_end_its_container(sandbox: Sandbox) -> None:
+    """pid 1 (docker-init) and the keep-alive are root's: no signal or trace of the agent reaches them."""
+    owners = await sandbox.run("ps -o user=,args= -p 1; ps -o user= -C sleep")
+    assert owners.output.split("\n")[0].split()[0] == "root" and owners.output.split()[-1] == "root"
+    for attempt in ["kill -9 1", "kill -STOP 1", "pkill -9 -x sleep", "kill -9 -1"]:
+        await sandbox.run(attempt, timeout=30)
+    trace = await sandbox.run(
+        "python3 -c 'import ctypes, os; libc = ctypes.CDLL(None, use_errno=True); "
+        "print(libc.ptrace(16, 1, 0, 0), os.strerror(ctypes.get_errno()))'"  # 16: PTRACE_ATTACH
+    )
+    assert trace.output.strip() == "-1 Operation not permitted"
+    await asyncio.to_thread(sandbox.container.reload)
+    assert sandbox.container.status == "running"
+    assert (await sandbox.run("echo still here")).output == "still here\n"
+
+
+async def test_no_setuid_program_raises_the_agents_rights(sandbox: Sandbox) -> None:
+    setuid = await sandbox.exec_root(
+        ["bash", "-c", "cp /bin/id /usr/local/bin/rootid && chmod 4755 /usr/local/bin/rootid"]
+    )
+    assert setuid[0] == 0, setuid
+    assert (await sandbox.run("/usr/local/bin/rootid -u; id -u")).output.split() == ["1000", "1000"]
 
 
 async def test_exit_in_the_shell_is_refused(sandbox: Sandbox) -> None:
