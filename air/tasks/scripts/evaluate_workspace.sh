@@ -1,6 +1,8 @@
 #!/bin/bash
 # Runs as root for every evaluation, so the agent cannot change what is evaluated:
-#  1. freeze the agent's processes, again and again until none runs (a forking loop cannot slip by);
+#  1. freeze every process of the agent at once: kill(-1, SIGSTOP) sent *as the agent* reaches all of
+#     its processes in one system call (a fork during it is stopped too), repeated until none runs;
+#     if one still runs, no evaluation (fail closed);
 #  2. check the submission is a regular file (a symlink could point at an answer file);
 #  3. put every protected path (evaluation scripts, data/, read-only and secret files) back into the
 #     workspace from the pristine copy, replacing whatever the agent left there, symlinked parents
@@ -16,17 +18,40 @@ shift 5
 WS=/home/agent/workspace
 AIR=/opt/air
 
+agent_uid=$(id -u "$agent") agent_gid=$(id -g "$agent")
+as_agent() { setpriv --reuid="$agent_uid" --regid="$agent_gid" --clear-groups "$@"; }
+field() {  # field NAME FILE: the first word after "NAME:" in a /proc status file
+  local key value _
+  { while read -r key value _; do [ "$key" = "$1:" ] && { echo "$value"; return; }; done < "$2"; } 2>/dev/null
+}
+running_agent_pids() {  # the agent's processes with a thread not stopped, traced, zombie or dead
+  local dir task
+  for dir in /proc/[0-9]*; do
+    [ "$(field Uid "$dir/status")" = "$agent_uid" ] || continue
+    for task in "$dir"/task/[0-9]*; do
+      case $(field State "$task/status") in T | t | Z | X | "") ;; *) echo "${dir#/proc/}"; break ;; esac
+    done
+  done
+}
+freeze() {  # a signal takes effect when its process next runs: look again, send again, for up to ~10 s
+  local _
+  for _ in $(seq 200); do
+    as_agent kill -STOP -1 2>/dev/null
+    [ -z "$(running_agent_pids)" ] && return 0
+    sleep 0.05
+  done
+  return 1
+}
 finish() {
   while IFS= read -r rel; do rm -rf "${WS:?}/$rel"; done < "$AIR/secret.txt"
-  pkill -CONT -u "$agent" 2>/dev/null
+  as_agent kill -CONT -1 2>/dev/null
 }
 trap finish EXIT
-for _ in $(seq 50); do
-  pkill -STOP -u "$agent" 2>/dev/null
-  # R/S/D: any process of the agent not stopped yet (a child forked while we were stopping its parent);
-  # the container's init (pid 1) ignores SIGSTOP
-  pgrep -u "$agent" -r R,S,D 2>/dev/null | grep -qvx 1 || break
-done
+if ! freeze; then
+  running=$(running_agent_pids | head -n 20 | tr '\n' ' ')
+  echo "The agent's processes could not all be stopped for the evaluation (still running: ${running% }): no score."
+  exit 0
+fi
 
 # A missing submission is reported with a word where the exit code goes: no script's code can collide.
 fail() { printf '\n%s\nno-submission\n%s\n' "$separator" "$1"; exit 0; }
