@@ -50,7 +50,16 @@ async def test_secrets_are_absent_during_the_episode(sandbox: Sandbox) -> None:
     assert (await sandbox.run("echo x >> data/train.csv")).exit_code != 0
 
 
-async def test_tampered_or_deleted_evaluation_scripts_are_restored(sandbox: Sandbox) -> None:
+async def test_the_pristine_copy_is_private_all_the_way_down(sandbox: Sandbox) -> None:
+    workspace = await _workspace(load_task("loanDefault"), sandbox)
+    await workspace.evaluate()
+    code, out = await sandbox.exec_root(["find", "/opt/air", "-perm", "/077"])
+    assert code == 0 and out == "", f"readable or writable beyond root: {out}"
+    code, out = await sandbox.exec_root(["find", "/opt/air/pristine", "-type", "f", "-name", "answer.csv"])
+    assert out.strip() == "/opt/air/pristine/data/answer.csv"
+
+
+async def test_tampered_or_deleted_evaluation_scripts_are_not_what_runs(sandbox: Sandbox) -> None:
     task = load_task("loanDefault")
     workspace = await _workspace(task, sandbox)
     await sandbox.run("python baseline.py")
@@ -187,3 +196,32 @@ async def test_agent_code_in_a_model_evaluator_is_contained_and_its_forgery_flag
     result = await sandbox.run("ls /tmp drop; stat -c %A drop")
     assert "left-by-evaluator" not in result.output and "drop-refused" not in result.output
     assert result.output.strip().endswith("drwxrwxr-x")  # others' write taken away before evaluating
+
+
+async def test_a_model_tasks_data_folder_replaced_by_the_agent_fails_instead_of_being_repaired(
+    sandbox: Sandbox, tmp_path
+) -> None:
+    """A model task's evaluator reads data/ in the workspace: root no longer repairs a data/ that is not the
+    task's (it would work in the agent's folder); the evaluation fails until the original is back."""
+    root = write_mlgym_like_root(tmp_path / "MLGym")
+    (root / "data" / "modeldata" / "data").mkdir(parents=True)
+    (root / "data" / "modeldata" / "data" / "values.txt").write_text("1\n2\n")
+    (root / "data" / "modeldata" / "evaluate.py").write_text(
+        "import json\nprint(json.dumps({'Total': sum(int(v) for v in open('data/values.txt'))}))\n"
+    )
+    (root / "configs" / "tasks" / "modeldata.yaml").write_text(
+        "id: modeldata\nname: modeldata\ndescription: d\ntask_entrypoint: ModelSubmissionTasks\n"
+        "training_timeout: 60\nstarter_code: [data/modeldata/evaluate.py, data/modeldata/data]\n"
+        "evaluation_paths: [evaluate.py]\nbaseline_scores: [{Total: 3}]\n"
+    )
+    workspace = await _workspace(load_task("modeldata", root), sandbox)
+    await sandbox.run("echo a: 1 > config.yaml")
+    assert (await workspace.evaluate()).score == 3
+    await sandbox.run("mv data data.orig && mkdir data && echo 1000 > data/values.txt")
+    replaced = await workspace.evaluate()
+    assert replaced.score is None and "data/ in the workspace is no longer the task's own folder" in replaced.error
+    await sandbox.run("rm -r data && ln -s data.orig data")
+    linked = await workspace.evaluate()
+    assert linked.score is None and "Put the original back" in linked.error
+    await sandbox.run("rm data && mv data.orig data")
+    assert (await workspace.evaluate()).score == 3

@@ -5,7 +5,11 @@
 1. Lays out the evaluator's private copy of the task (/opt/air-eval/task): the pristine evaluation files,
    data and secrets, readable only by root and the evaluator's user; for Python-entrypoint tasks each of
    the agent's top-level modules is a proxy there (air_agent_proxy). ``direct`` (benchmarks only, to
-   measure what the boundary costs) copies the agent's modules in instead, as MLGym runs them.
+   measure what the boundary costs) copies the agent's modules in instead, as MLGym runs them. A CSV
+   submission is copied in without following links (workspace_guard), and scripts that name the
+   workspace are pointed at the copy: every mode but ``model`` evaluates there and writes nothing into
+   the workspace. ``model`` (the evaluator reads the agent's files in place) puts the protected files
+   back into the workspace, by descriptor, failing if a folder of the task is no longer root's.
 2. ``python`` mode: starts the agent's worker as the agent's user (no secrets, memory and process limits,
    the OOM killer's first choice) with a shared-memory call channel to the evaluator.
 3. Runs the evaluator as the unprivileged evaluator user with a clean environment, a fresh home and a
@@ -40,6 +44,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -I leaves the script's folder out
+import workspace_guard  # noqa: E402
 from call_channel import REGION_SIZE  # noqa: E402
 
 AIR = Path("/opt/air")
@@ -95,6 +100,11 @@ def prepare_private_copy(mode: str, protected: set[str], gid: int) -> None:
     EVAL_ROOT.mkdir(mode=0o750)
     os.chown(EVAL_ROOT, 0, gid)
     shutil.copytree(AIR / "pristine", PRIVATE, symlinks=True)
+    if mode != "model":  # scripts that name the workspace (MLGym's titanic, house prices) read this copy
+        for path in PRIVATE.rglob("*.py"):
+            text = path.read_bytes()
+            if str(WORKSPACE).encode() in text:
+                path.write_bytes(text.replace(str(WORKSPACE).encode(), str(PRIVATE).encode()))
     if mode in ("python", "direct"):
         from air_agent_proxy import PROXY_SOURCE
 
@@ -232,21 +242,65 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, required=True)
     parser.add_argument("--agent", required=True)
     parser.add_argument("--separator", required=True)
+    parser.add_argument("--submission", help="the workspace file the evaluator scores, copied to its private copy")
     parser.add_argument("argv", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     evaluator_argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
     agent = pwd.getpwnam(args.agent)
-    evaluator = pwd.getpwnam(EVALUATOR_USER)
     gid = grp.getgrnam(EVALUATOR_USER).gr_gid
     protected = {line.strip() for line in open(AIR / "protected.txt") if line.strip()}
-    path_env = open(AIR / "path.txt").read().strip()
+    secret = {line.strip() for line in open(AIR / "secret.txt") if line.strip()}
     started = _state_and_start("self")[1]
 
     prepare_private_copy(args.mode, protected, gid)
-    if args.mode == "model":
-        close_shared_writes(agent.pw_uid)
+    try:
+        if args.submission:
+            workspace_guard.copy_submission(args.submission, PRIVATE / args.submission)
+            os.chown(PRIVATE / args.submission, 0, gid)
+            os.chmod(PRIVATE / args.submission, 0o640)
+        if args.mode == "model":  # the evaluator works in the workspace: the task's files back in it
+            restore_protected(protected, secret, gid)
+            close_shared_writes(agent.pw_uid)
+        return evaluate(args, evaluator_argv, agent, started)
+    except workspace_guard.WorkspaceProblem as problem:
+        sys.stdout.write(f"\n{args.separator}\nno-submission\n{problem}\n")
+        return 0
+    finally:
+        if args.mode == "model":
+            for rel in secret:
+                workspace_guard.remove(rel)
+        shutil.rmtree(EVAL_ROOT, ignore_errors=True)
+
+
+def restore_protected(protected: set[str], secret: set[str], gid: int) -> None:
+    """The pristine protected files into the workspace (secrets readable by the evaluator only); a file
+    still root's in a folder still root's is left alone (the agent cannot have changed it)."""
+    for rel in sorted(protected):
+        if "/" in rel and rel not in secret and _still_roots(rel):
+            continue
+        owner, mode = ((0, gid), 0o640) if rel in secret else ((0, 0), 0o644)
+        workspace_guard.restore(rel, AIR / "pristine" / rel, *owner, mode)
+
+
+def _still_roots(rel: str) -> bool:
+    path = WORKSPACE
+    for part in rel.split("/"):
+        path = path / part
+        try:
+            info = os.lstat(path)
+        except OSError:
+            return False
+        if info.st_uid != 0 or stat.S_ISLNK(info.st_mode):
+            return False
+    return stat.S_ISREG(info.st_mode)
+
+
+def evaluate(args: argparse.Namespace, evaluator_argv: list[str], agent: pwd.struct_passwd, started: int) -> int:
+    """Run the evaluator (and, for Python tasks, the agent's worker) and print the framed result."""
+    evaluator = pwd.getpwnam(EVALUATOR_USER)
+    gid = grp.getgrnam(EVALUATOR_USER).gr_gid
     os.chown(EVAL_HOME, evaluator.pw_uid, gid)
-    env = {"PATH": path_env, "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+    env = {"PATH": open(AIR / "path.txt").read().strip(), "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
     if args.mode == "model":  # torch.load of the agent's files: tensors only, no pickled code (torch >= 2.4)
         env["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
     if os.environ.get("NVIDIA_VISIBLE_DEVICES"):
@@ -290,7 +344,7 @@ def main() -> int:
         evaluator_env.update(dict.fromkeys(BLAS_THREAD_VARIABLES, str(len(evaluator_cpus))))
     evaluation = subprocess.Popen(
         evaluator_argv,
-        cwd=PRIVATE if args.mode in ("python", "direct") else WORKSPACE,
+        cwd=WORKSPACE if args.mode == "model" else PRIVATE,
         env=evaluator_env,
         stdin=subprocess.DEVNULL,
         stdout=out_write,
@@ -323,7 +377,6 @@ def main() -> int:
             drain.join(timeout=10)
     if args.mode == "model":  # only there did code the agent controls run as the evaluator
         remove_leftovers(evaluator.pw_uid)
-    shutil.rmtree(EVAL_ROOT, ignore_errors=True)
 
     out = sys.stdout.buffer
     out.write(bytes(stdout.data))

@@ -3,20 +3,17 @@
 #  1. freeze every process of the agent at once: kill(-1, SIGSTOP) sent *as the agent* reaches all of
 #     its processes in one system call (a fork during it is stopped too), repeated until none runs;
 #     if one still runs, no evaluation (fail closed);
-#  2. check the submission is a regular file (a symlink could point at an answer file);
-#  3. put every protected path (evaluation scripts, data/, read-only and secret files) back into the
-#     workspace from the pristine copy, replacing whatever the agent left there, symlinked parents
-#     included; secrets arrive readable only by the evaluator's user (root:air-eval 0640);
-#  4. hand over to eval_runner.py: the evaluator runs as the unprivileged air-eval user from its own
-#     private copy of the task, the agent's code (Python tasks) in a separate process as the agent;
-#  5. remove the secret files again and let the agent's processes go on (also on failure).
+#  2. hand over to eval_runner.py: it copies the submission into the evaluator's private copy of the task
+#     without following links (root never follows a path in the agent's folders), puts the protected
+#     files back where a model task's evaluator reads the workspace, and runs the evaluator as the
+#     unprivileged air-eval user, the agent's code (Python tasks) in a separate process as the agent;
+#  3. let the agent's processes go on (also on failure).
 # Prints the runner's framed output: the evaluation's stdout, a separator line, its exit code (or
 # "no-submission"), then the tail of its stderr.
 set -u
 agent=$1 timeout_s=$2 separator=$3 submission_kind=$4 mode=$5
 shift 5
 WS=/home/agent/workspace
-AIR=/opt/air
 
 agent_uid=$(id -u "$agent") agent_gid=$(id -g "$agent")
 as_agent() { setpriv --reuid="$agent_uid" --regid="$agent_gid" --clear-groups "$@"; }
@@ -42,10 +39,7 @@ freeze() {  # a signal takes effect when its process next runs: look again, send
   done
   return 1
 }
-finish() {
-  while IFS= read -r rel; do rm -rf "${WS:?}/$rel"; done < "$AIR/secret.txt"
-  as_agent kill -CONT -1 2>/dev/null
-}
+finish() { as_agent kill -CONT -1 2>/dev/null; }
 trap finish EXIT
 if ! freeze; then
   running=$(running_agent_pids | head -n 20 | tr '\n' ' ')
@@ -56,12 +50,12 @@ fi
 # A missing submission is reported with a word where the exit code goes: no script's code can collide.
 fail() { printf '\n%s\nno-submission\n%s\n' "$separator" "$1"; exit 0; }
 
-submission=""
+# The evaluator scores a CSV submission from its private copy, where eval_runner.py copies it without
+# following links; a config file (model tasks) is found here (find follows no link) and read in place.
+submission="" copy=()
 case "$submission_kind" in
   csv)
-    submission="$WS/submission.csv"
-    [ -L "$submission" ] && fail "submission.csv is a symbolic link; write your predictions to a regular file at $submission"
-    [ -f "$submission" ] || fail "No submission file found at $submission. Write your predictions there (see the task description), then validate."
+    submission=/opt/air-eval/task/submission.csv copy=(--submission submission.csv)
     ;;
   yaml)
     submission=$(find "$WS" -type f -name '*.yaml' -not -path "$WS/data/*" 2>/dev/null | sort | head -n 1)
@@ -69,32 +63,9 @@ case "$submission_kind" in
     ;;
 esac
 
-secret() { grep -qxF -- "$1" "$AIR/secret.txt"; }
-restore() {  # $1: workspace-relative path
-  local rel=$1 dir=$WS part staged
-  local IFS=/
-  for part in $(dirname "$rel"); do
-    [ "$part" = . ] && continue
-    dir=$dir/$part
-    if [ -L "$dir" ]; then rm -f "$dir"
-    elif [ -e "$dir" ] && [ ! -d "$dir" ]; then mv -f "$dir" "$dir.moved-by-evaluation"
-    fi
-    [ -d "$dir" ] || install -d -o root -g root -m 755 "$dir"
-  done
-  rm -rf "${WS:?}/$rel"
-  if secret "$rel"; then  # made private in root's folder, then moved in: never readable by the agent
-    staged=$(mktemp -p "$AIR")
-    cp "$AIR/pristine/$rel" "$staged" && chown root:air-eval "$staged" && chmod 640 "$staged"
-    mv -f "$staged" "$WS/$rel"
-  else
-    cp -a "$AIR/pristine/$rel" "$WS/$rel"
-  fi
-}
-while IFS= read -r rel; do restore "$rel"; done < "$AIR/protected.txt"
-
 args=()
 for arg in "$@"; do args+=("${arg//\{submission\}/$submission}"); done
 runner_python=$(command -v python3 || echo "${args[0]}")
 "$runner_python" -I -B /opt/air-lib/eval_runner.py --mode "$mode" --timeout "$timeout_s" --agent "$agent" \
-  --separator "$separator" -- "${args[@]}"
+  --separator "$separator" "${copy[@]}" -- "${args[@]}"
 exit 0

@@ -28,4 +28,4 @@ rm -rf "$AIR/stage" /opt/air-lib
 install -d -o root -g root -m 755 /opt/air-lib
 install -o root -g root -m 644 "$AIR"/bin/*.py /opt/air-lib/
 chown -R root:root "$AIR"
-chmod 700 "$AIR"
+chmod -R go-rwx "$AIR"  # private all the way down: a folder above opened by mistake would reveal nothing
