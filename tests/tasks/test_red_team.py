@@ -293,7 +293,8 @@ def test_the_checks_catch_a_forgery_or_a_leak(score, text):
 @pytest.mark.timeout(300)
 async def test_shadow_modules_in_the_workspace(tmp_path, docker_image):
     names = "json random contextlib traceback numpy importlib pickle runpy struct socket select mmap "
-    names += "call_channel air_agent_proxy agent_worker eval_bootstrap eval_runner workspace_guard sitecustomize usercustomize"
+    names += "call_channel air_agent_proxy agent_worker eval_bootstrap eval_runner workspace_guard "
+    names += "sitecustomize usercustomize"
     forge = code(FD_WRITE.format(fd=1))
     plant_shadows = "\n".join(
         [heredoc("~/forge.py", forge), f"for m in {names}; do cp ~/forge.py $m.py; done", "mkdir -p numpy", "ls"]
