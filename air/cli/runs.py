@@ -100,6 +100,13 @@ def register_standalone(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--api-key-var", default="OPENAI_API_KEY", help="env var holding the endpoint's key")
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
     parser.add_argument("--max-tokens", type=int, help="most tokens per reply; default: the endpoint's")
+    parser.add_argument(
+        "--model-timeout",
+        type=float,
+        default=180.0,
+        metavar="S",
+        help="seconds one model request may take (one retry): a hung endpoint fails the rollout in minutes",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the env and of the scripted agent")
     parser.add_argument("--output-dir", help="the run's folder, new or empty; default: outputs/standalone/<time>-<id>")
     parser.add_argument(

@@ -31,6 +31,7 @@ from typing import Any
 
 from air.env import prompts
 from air.env.actions import format_error_observation, parse_action
+from air.env.command_programs import command_timeout
 from air.env.rewards import RewardTracker
 from air.env.rollout import Rollout, exit_status_of
 from air.env.settings import MLGymEnvSettings
@@ -57,8 +58,6 @@ log = logging.getLogger(__name__)
 
 # MLGym's marker format: its validate/submit shell functions print these, and so do ours.
 MARKER = re.compile(r"<<(VALIDATION|SUBMISSION)\|\|.*?\|\|\1>>\n?", re.DOTALL)
-LONG_COMMAND = re.compile(r"\b(python[0-9.]*|torchrun|accelerate|deepspeed)\b")
-
 # The built-in tasks' validate and submit: they only print a marker, like MLGym's; the env does the rest.
 BUILTIN_SESSION = """\
 validate() { echo '<<VALIDATION||validate||VALIDATION>>'; }
@@ -242,8 +241,15 @@ class MLGymCore:
 
         rollout.consecutive_format_errors = 0
         assert rollout.sandbox is not None and rollout.workspace is not None
+        left = rollout.seconds_left(s.rollout_time_limit)
+        if left is not None and left <= 0:  # the agent's work so far is still evaluated (finish)
+            rollout.exit_status = "time_limit"
+            note = f"[the rollout's time limit ({s.rollout_time_limit:g} s) is up: the episode ends]"
+            rollout.turns.append(Turn(index=number, model_text=text, command=parsed.command, output=note))
+            return note, True
         command = guard_multiline(parsed.command, self.multiline) if self.multiline else parsed.command
-        result = await rollout.sandbox.run(command, timeout=self._timeout_for(command, rollout.task))
+        long = float(s.long_command_timeout or rollout.task.training_timeout)
+        result = await rollout.sandbox.run(command, timeout=command_timeout(command, s.command_timeout, long, left))
         rollout.dirty = True
         rollout.timeouts += int(result.timed_out)
         markers = {m.group(1) for m in MARKER.finditer(result.output)}
@@ -273,11 +279,6 @@ class MLGymCore:
             rollout.submitted = True
             rollout.exit_status = "submitted"
         return turn.output, submitted
-
-    def _timeout_for(self, command: str, task: Task) -> float:
-        if LONG_COMMAND.search(command):
-            return float(self.settings.long_command_timeout or task.training_timeout)
-        return self.settings.command_timeout
 
     async def _evaluate(self, rollout: Rollout, kind: str) -> tuple[Evaluation, TurnEvaluation, float]:
         assert rollout.workspace is not None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -36,6 +37,11 @@ class Rollout:
     final_evaluation: TurnEvaluation | None = None
     finished: bool = False
     evaluation_seed: int | None = None  # its group's (env.seeds): the evaluators draw from it
+    clock_start: float = field(default_factory=time.monotonic)
+
+    def seconds_left(self, limit: float | None) -> float | None:
+        """Seconds left of the rollout's wall-clock ``limit`` (None: no limit)."""
+        return None if limit is None else limit - (time.monotonic() - self.clock_start)
 
 
 def exit_status_of(rollout: Rollout, state: Mapping[str, Any], cancelled: bool) -> str:

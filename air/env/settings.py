@@ -44,8 +44,14 @@ class MLGymEnvSettings(BaseModel):
     long_command_timeout: float | None = Field(
         default=None,
         gt=0,
-        description="Seconds for commands that run python/torchrun/accelerate/deepspeed; "
+        description="Seconds for commands whose programs include python/torchrun/accelerate/deepspeed; "
         "default: the task's training_timeout.",
+    )
+    rollout_time_limit: float | None = Field(
+        default=7200.0,
+        gt=0,
+        description="Wall-clock seconds a rollout may take from its start (null: no limit); a command is cut "
+        "at the limit, and the next reply after it ends the episode (the workspace is still evaluated).",
     )
     observation_max_chars: int = Field(
         default=6000, ge=200, description="Longest observation shown to the model (head and tail kept)."

@@ -60,6 +60,11 @@ class StandaloneSettings(BaseModel):
     api_key_var: str = Field(default="OPENAI_API_KEY", description="Env var holding the endpoint's key.")
     temperature: float = 1.0
     max_tokens: int | None = None
+    model_timeout: float = Field(
+        default=180.0,
+        gt=0,
+        description="Seconds one model request may take (tried twice).",
+    )
     seed: int = 0
     output_dir: str | None = Field(default=None, description="Run folder (default: outputs/standalone/<time>-<id>).")
     overwrite: bool = Field(default=False, description="Replace the run in a non-empty output_dir.")
@@ -216,7 +221,8 @@ async def _run_steps(
         base_url = settings.base_url
         model = settings.model or "default"
         api_key = os.environ.get(settings.api_key_var, "EMPTY")
-    client = AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=600, max_retries=2)
+    # One retry: a transient 5xx or dropped connection is forgiven, a hung endpoint fails in 2 x model_timeout.
+    client = AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=settings.model_timeout, max_retries=1)
     sampling: dict[str, Any] = {"temperature": settings.temperature}
     if settings.max_tokens:
         sampling["max_tokens"] = settings.max_tokens
