@@ -286,15 +286,7 @@ class MLGymCore:
         suspicious = evaluation.status == "suspicious"
         step_reward = rollout.tracker.record(evaluation.score if evaluation.ok else None, suspicious=suspicious)
         rollout.dirty = False
-        record = TurnEvaluation(
-            status=evaluation.status,
-            score=evaluation.score,
-            metrics=evaluation.metrics,
-            error=evaluation.error,
-            duration_s=evaluation.duration_s,
-            kind=kind,
-        )
-        return evaluation, record, step_reward
+        return evaluation, TurnEvaluation.of(evaluation, kind), step_reward
 
     # --- end of a rollout ---------------------------------------------------------------------
 

@@ -14,7 +14,10 @@ with an unevaluated workspace is evaluated once more at the end, so an agent tha
 ``validate`` still earns its score. The rollout reward, the only number the trainer sees:
 
     reward = sum(step rewards) - format_error_penalty * format_errors
-             - no_score_penalty (if no evaluation of the rollout ever produced a score)
+             - (clip + no_score_penalty) (if no evaluation of the rollout ever produced a score)
+
+No score at all earns less than the worst honest score (-clip): no way out of an evaluation (a missing
+submission, a crash, NaN predictions, a rejected forgery) pays better than submitting a bad answer.
 
 A failed evaluation (no submission, a crash, unparsable output) earns nothing and does not move
 the reference score; nor does a suspicious one (a score the metric cannot reach: a forgery), which
@@ -44,7 +47,10 @@ class RewardSettings(BaseModel):
     clip: float = Field(default=1.0, gt=0, description="Bound on |progress| so one lucky metric cannot dominate.")
     format_error_penalty: float = Field(default=0.02, ge=0, description="Subtracted per malformed reply.")
     no_score_penalty: float = Field(
-        default=0.1, ge=0, description="Subtracted when no evaluation of the rollout produced a score."
+        default=0.1,
+        ge=0,
+        description="When no evaluation of the rollout produced a score, the reward is -(clip + this): below the "
+        "worst honest score.",
     )
 
 
@@ -100,7 +106,7 @@ class RewardTracker:
     def rollout_reward(self, format_errors: int = 0) -> float:
         reward = sum(self.step_rewards) - self.settings.format_error_penalty * format_errors
         if not self.scores:
-            reward -= self.settings.no_score_penalty
+            reward -= self.settings.clip + self.settings.no_score_penalty
         return reward
 
     def metrics(self) -> dict[str, float]:

@@ -46,9 +46,16 @@ class TurnEvaluation(BaseModel):
     status: str  # "ok" | "submission_not_found" | "evaluation_format_error" | "evaluation_failed" | "suspicious"
     score: float | None  # the primary metric's value
     metrics: dict[str, Any] | None
-    error: str | None = None
+    error: str | None = None  # what the agent was told
     duration_s: float = 0.0
     kind: str = "validate"  # "validate" | "submit" | "final" (end-of-rollout evaluation)
+    detail: str | None = None  # why a suspicious result was rejected (for people: the agent is not told)
+
+    @classmethod
+    def of(cls, evaluation: Any, kind: str) -> TurnEvaluation:
+        """The record of one ``air.tasks.workspace.Evaluation``."""
+        fields = ("status", "score", "metrics", "error", "duration_s", "detail")
+        return cls(kind=kind, **{name: getattr(evaluation, name) for name in fields})
 
 
 class Turn(BaseModel):

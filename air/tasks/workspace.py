@@ -39,6 +39,7 @@ class Evaluation:
     submission: str | None = None
     duration_s: float = 0.0
     stderr: str = ""
+    detail: str | None = None  # why a suspicious result was rejected (recorded, never shown to the agent)
 
     @property
     def ok(self) -> bool:
@@ -184,16 +185,24 @@ class TaskWorkspace:
         try:
             metrics = parse_metrics(self.task.entrypoint, stdout)
         except ValueError as exc:
-            status = "suspicious" if agent_code_ran else "evaluation_format_error"
-            return Evaluation(None, None, str(exc), status, submission, duration, stderr)
+            if agent_code_ran:
+                return Evaluation(None, None, REJECTED, "suspicious", submission, duration, stderr, str(exc))
+            return Evaluation(None, None, str(exc), "evaluation_format_error", submission, duration, stderr)
         metric = self.task.primary_metric
         score = metric_value(metrics, metric) if metric else None
         if score is None and metrics:  # no baseline to name the metric: the first numeric value
             score = next((float(v) for v in metrics.values() if isinstance(v, int | float)), None)
+        if score is not None and not math.isfinite(score) and not agent_code_ran:  # e.g. NaN predictions
+            message = f"The evaluation computed a non-finite score ({score}): check that every prediction is a number."
+            return Evaluation(metrics, None, message, "evaluation_failed", submission, duration, stderr)
         problem = suspicion(self.task, metrics, score, agent_code_ran)
         if problem:
-            return Evaluation(metrics, None, problem, "suspicious", submission, duration, stderr)
+            return Evaluation(None, None, REJECTED, "suspicious", submission, duration, stderr, problem)
         return Evaluation(metrics, score, None, "ok", submission, duration, stderr)
+
+
+# What the agent reads about a rejected result: that it was rejected, never what an accepted one looks like.
+REJECTED = "The evaluation's output was rejected: it cannot come from an honest evaluation. Nothing was counted."
 
 
 def evaluation_seed(seed: int, index: int) -> int:

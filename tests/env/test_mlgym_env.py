@@ -210,7 +210,8 @@ async def test_no_submission_is_penalised_not_fatal(tmp_path, docker_image):
     assert record.turns[0].evaluation.status == "submission_not_found"
     assert "failed" in record.turns[0].output.lower()
     assert output["metrics"]["scored"] == 0
-    assert output["reward"] == pytest.approx(-env.settings.reward.no_score_penalty)
+    reward = env.settings.reward
+    assert output["reward"] == pytest.approx(-reward.clip - reward.no_score_penalty)
 
 
 @pytest.mark.docker

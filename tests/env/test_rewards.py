@@ -57,10 +57,20 @@ def test_a_suspicious_evaluation_earns_nothing_is_counted_and_keeps_the_referenc
 def test_penalties():
     settings = RewardSettings(format_error_penalty=0.1, no_score_penalty=0.3)
     tracker = RewardTracker(baseline=1.0, settings=settings)
-    assert tracker.rollout_reward(format_errors=2) == pytest.approx(-0.5)  # no score and two format errors
+    assert tracker.rollout_reward(format_errors=2) == pytest.approx(-1.5)  # no score (-clip - 0.3), two errors
     tracker.record(1.0)
     assert tracker.rollout_reward(format_errors=2) == pytest.approx(-0.2)
     assert tracker.metrics()["final_score"] == 1.0
+
+
+@given(baseline=scores, score=scores, higher=st.booleans())
+def test_no_score_earns_less_than_the_worst_honest_score(baseline, score, higher):
+    honest = RewardTracker(baseline=baseline, higher_is_better=higher)
+    honest.record(score)
+    broken = RewardTracker(baseline=baseline, higher_is_better=higher)
+    broken.record(None)
+    broken.record(99.0, suspicious=True)
+    assert broken.rollout_reward() < honest.rollout_reward()
 
 
 def test_zero_or_missing_baseline():

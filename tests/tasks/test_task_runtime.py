@@ -7,7 +7,7 @@ import pytest
 
 from air.sandbox.container import Sandbox
 from air.tasks.loader import Task, list_tasks, load_task
-from air.tasks.workspace import TaskWorkspace
+from air.tasks.workspace import REJECTED, TaskWorkspace
 from tests.mlgym_like import write_mlgym_like_root
 
 pytestmark = pytest.mark.docker
@@ -192,7 +192,8 @@ async def test_agent_code_in_a_model_evaluator_is_contained_and_its_forgery_flag
     await sandbox.run("mkdir -p drop && chmod 777 drop && mkdir -p ckpt && echo a: 1 > ckpt/config.yaml")
     evaluation = await workspace.evaluate()
     assert evaluation.status == "suspicious" and evaluation.score is None, evaluation
-    assert "outside what Reward Mean can reach" in evaluation.error
+    assert "outside what Reward Mean can reach" in evaluation.detail
+    assert evaluation.error == REJECTED and "Reward Mean" not in evaluation.error  # nothing to forge along
     result = await sandbox.run("ls /tmp drop; stat -c %A drop")
     assert "left-by-evaluator" not in result.output and "drop-refused" not in result.output
     assert result.output.strip().endswith("drwxrwxr-x")  # others' write taken away before evaluating
