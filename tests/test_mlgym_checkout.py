@@ -56,6 +56,13 @@ async def test_titanic_answers_hidden_and_evaluated(sandbox: Sandbox) -> None:
     )
     evaluation = await workspace.evaluate()
     assert evaluation.ok and 0.5 < evaluation.score < 0.8  # "nobody survives" on MLGym's test split
+    # MLGym's evaluator merges on PassengerId: a repeated id would count twice. Refused before it runs.
+    await sandbox.run(
+        "python -c \"import pandas as p; s = p.read_csv('submission.csv'); "
+        "s.loc[1, 'PassengerId'] = s.loc[0, 'PassengerId']; s.to_csv('submission.csv', index=False)\""
+    )
+    repeated = await workspace.evaluate()
+    assert repeated.score is None and "gives PassengerId" in repeated.error, repeated
 
 
 @pytest.mark.docker

@@ -59,6 +59,9 @@ class TaskConfig(BaseModel):
     # attainable range, [low, high] with null for no bound. A score outside it is a forged one (the
     # evaluation is marked suspicious and earns nothing). Known tasks: KNOWN_SCORE_RANGES.
     score_range: tuple[float | None, float | None] | None = None
+    # Also ours: the id column of a CSV submission, whose values must each appear once (checked before the
+    # evaluator runs). Known tasks: KNOWN_SUBMISSION_ID_COLUMNS.
+    submission_id_column: str | None = None
 
 
 # --- what MLGym's configs do not say ---------------------------------------------------------
@@ -103,6 +106,20 @@ KNOWN_SCORE_RANGES: dict[str, tuple[float | None, float | None]] = {
     "languageModelingFineWeb": (0.0, None),
     "rlMountainCarContinuous": (None, 100.0),
     "rlMountainCarContinuousReinforce": (None, 100.0),
+}
+
+# The id column of CSV submissions, by task id and by dataset config: MLGym's titanic merges on it, so
+# repeated ids would count twice. Ours check it themselves; the table checks it for every evaluator.
+KNOWN_SUBMISSION_ID_COLUMNS: dict[str, str] = {
+    "titanicSurvival": "PassengerId",
+    "regressionKaggleHousePrice": "Id",
+    "regressionKaggleHousePriceL1": "Id",
+    "loanDefault": "id",
+    "buildingEnergy": "id",
+}
+KNOWN_SUBMISSION_ID_COLUMNS_BY_DATASET: dict[str, str] = {
+    "datasets/titanic.yaml": "PassengerId",
+    "datasets/kaggleHousePrice.yaml": "Id",
 }
 
 # Primary metric and direction of MLGym's tasks whose first baseline key is not the primary one,

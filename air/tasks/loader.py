@@ -25,6 +25,8 @@ from air.tasks.config import (
     KNOWN_SCORE_RANGES,
     KNOWN_SECRET_FILES,
     KNOWN_SECRET_FILES_BY_DATASET,
+    KNOWN_SUBMISSION_ID_COLUMNS,
+    KNOWN_SUBMISSION_ID_COLUMNS_BY_DATASET,
     DatasetConfig,
     TaskConfig,
     TaskError,
@@ -161,6 +163,13 @@ class Task:
     def secret_files(self) -> list[str]:
         by_dataset = [f for d in self.config.dataset_configs for f in KNOWN_SECRET_FILES_BY_DATASET.get(d, [])]
         return unique([*self.config.secret_files, *KNOWN_SECRET_FILES.get(self.id, []), *by_dataset])
+
+    @property
+    def submission_id_column(self) -> str | None:
+        """The CSV submission's id column (each id once): the config's, else the tables'."""
+        by_dataset = [KNOWN_SUBMISSION_ID_COLUMNS_BY_DATASET.get(d) for d in self.config.dataset_configs]
+        known = KNOWN_SUBMISSION_ID_COLUMNS.get(self.id) or next(filter(None, by_dataset), None)
+        return self.config.submission_id_column or known
 
     @property
     def read_only_files(self) -> list[str]:

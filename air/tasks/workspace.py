@@ -105,6 +105,7 @@ class TaskWorkspace:
             "secret.txt": sorted(secrets_),
             "readonly.txt": task.read_only_files,
             "path.txt": [path],
+            "id_column.txt": [task.submission_id_column] if task.submission_id_column else [],
         }
         key = (path, tuple(protected))
         if key not in task._archives:  # built once per task (files can be MBs), off the event loop

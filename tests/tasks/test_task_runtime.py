@@ -226,3 +226,17 @@ async def test_a_model_tasks_data_folder_replaced_by_the_agent_fails_instead_of_
     assert linked.score is None and "Put the original back" in linked.error
     await sandbox.run("rm data && mv data.orig data")
     assert (await workspace.evaluate()).score == 3
+
+
+async def test_a_submission_repeating_ids_is_refused_before_the_evaluator(sandbox: Sandbox) -> None:
+    task = load_task("loanDefault")
+    assert task.submission_id_column == "id"
+    workspace = await _workspace(task, sandbox)
+    await sandbox.run(
+        "python -c \"import pandas as p; t = p.read_csv('data/test.csv'); "
+        "s = t.assign(defaulted=0)[['id', 'defaulted']]; s.loc[1, 'id'] = s.loc[0, 'id']; "
+        "s.to_csv('submission.csv', index=False)\""
+    )
+    evaluation = await workspace.evaluate()
+    assert evaluation.score is None and evaluation.status == "evaluation_failed"
+    assert "gives id" in evaluation.error and "more than one row" in evaluation.error, evaluation.error

@@ -44,6 +44,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -I leaves the script's folder out
+import submission_checks  # noqa: E402
 import workspace_guard  # noqa: E402
 from call_channel import REGION_SIZE  # noqa: E402
 
@@ -258,6 +259,11 @@ def main() -> int:
             workspace_guard.copy_submission(args.submission, PRIVATE / args.submission)
             os.chown(PRIVATE / args.submission, 0, gid)
             os.chmod(PRIVATE / args.submission, 0o640)
+            column = (AIR / "id_column.txt").read_text().strip() if (AIR / "id_column.txt").exists() else ""
+            refused = column and submission_checks.repeated_id(PRIVATE / args.submission, column)
+            if refused:  # framed like a failed evaluator: exit code 1, the reason as its stderr
+                sys.stdout.write(f"\n{args.separator}\n1\n{refused}\n")
+                return 0
         if args.mode == "model":  # the evaluator works in the workspace: the task's files back in it
             restore_protected(protected, secret, gid)
             close_shared_writes(agent.pw_uid)
