@@ -106,6 +106,10 @@ class TaskWorkspace:
             "readonly.txt": task.read_only_files,
             "path.txt": [path],
             "id_column.txt": [task.submission_id_column] if task.submission_id_column else [],
+            # The agent's modules the evaluator may import (proxied): the task's own, never one the agent adds.
+            "agent_modules.txt": [
+                rel for rel in files if rel.endswith(".py") and "/" not in rel and rel not in protected
+            ],
         }
         key = (path, tuple(protected))
         if key not in task._archives:  # built once per task (files can be MBs), off the event loop

@@ -240,3 +240,28 @@ async def test_a_submission_repeating_ids_is_refused_before_the_evaluator(sandbo
     evaluation = await workspace.evaluate()
     assert evaluation.score is None and evaluation.status == "evaluation_failed"
     assert "gives id" in evaluation.error and "more than one row" in evaluation.error, evaluation.error
+
+
+async def test_an_optional_import_of_the_evaluator_never_reaches_a_module_the_agent_added(
+    sandbox: Sandbox, tmp_path
+) -> None:
+    """Only the task's own modules (strategy.py) are proxied into the evaluator: a `speedups.py` the agent
+    adds is not importable there, so an evaluator's `try: import speedups` falls back as it should."""
+    root = write_mlgym_like_root(tmp_path / "MLGym")
+    folder = root / "data" / "optional"
+    folder.mkdir(parents=True)
+    (folder / "strategy.py").write_text("def play():\n    return 1.0\n")
+    (folder / "evaluate.py").write_text(
+        "import json\nfrom strategy import play\ntry:\n    import speedups\n    bonus = speedups.BONUS\n"
+        "except ImportError:\n    bonus = 0.0\nprint(json.dumps({'Score': play() + bonus}))\n"
+    )
+    (root / "configs" / "tasks" / "optional.yaml").write_text(
+        "id: optional\nname: optional\ndescription: d\ntask_entrypoint: PythonSubmissionTasks\n"
+        "training_timeout: 60\nstarter_code: [data/optional/strategy.py, data/optional/evaluate.py]\n"
+        "evaluation_paths: [evaluate.py]\nbaseline_scores: [{Score: 1.0}]\n"
+    )
+    workspace = await _workspace(load_task("optional", root), sandbox)
+    assert (await workspace.evaluate()).score == 1.0
+    await sandbox.write_file("/home/agent/workspace/speedups.py", "BONUS = 100.0\n", owner="agent")
+    evaluation = await workspace.evaluate()
+    assert evaluation.ok and evaluation.score == 1.0, evaluation

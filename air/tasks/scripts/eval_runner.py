@@ -109,8 +109,9 @@ def prepare_private_copy(mode: str, protected: set[str], gid: int) -> None:
     if mode in ("python", "direct"):
         from air_agent_proxy import PROXY_SOURCE
 
-        for path in WORKSPACE.glob("*.py"):
-            if path.name not in protected and path.stem.isidentifier() and not (PRIVATE / path.name).exists():
+        named = set((AIR / "agent_modules.txt").read_text().split()) if (AIR / "agent_modules.txt").exists() else set()
+        for path in WORKSPACE.glob("*.py"):  # the task's own modules only: a planted `pickle5.py` stays out
+            if path.name in named and path.name not in protected and not (PRIVATE / path.name).exists():
                 if mode == "python":
                     (PRIVATE / path.name).write_text(PROXY_SOURCE)
                 elif path.is_file() and not path.is_symlink():
