@@ -106,10 +106,8 @@ class TaskWorkspace:
             "readonly.txt": task.read_only_files,
             "path.txt": [path],
             "id_column.txt": [task.submission_id_column] if task.submission_id_column else [],
-            # The agent's modules the evaluator may import (proxied): the task's own, never one the agent adds.
-            "agent_modules.txt": [
-                rel for rel in files if rel.endswith(".py") and "/" not in rel and rel not in protected
-            ],
+            # The agent's modules the evaluator may import: the task's own, never one the agent adds.
+            "agent_modules.txt": agent_modules(files, protected),
         }
         key = (path, tuple(protected))
         if key not in task._archives:  # built once per task (files can be MBs), off the event loop
@@ -208,6 +206,13 @@ class TaskWorkspace:
 
 # What the agent reads about a rejected result: that it was rejected, never what an accepted one looks like.
 REJECTED = "The evaluation's output was rejected: it cannot come from an honest evaluation. Nothing was counted."
+
+
+def agent_modules(files: dict[str, Path], protected: list[str]) -> list[str]:
+    """The agent's modules among a task's files: top-level ``*.py`` files and top-level folders holding
+    Python (``src/``), none of them protected."""
+    mine = [rel for rel in files if rel.endswith(".py") and rel not in protected]
+    return sorted({rel if "/" not in rel else rel.split("/")[0] + "/" for rel in mine})
 
 
 def evaluation_seed(seed: int, index: int) -> int:

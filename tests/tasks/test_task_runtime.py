@@ -172,10 +172,11 @@ async def test_agent_code_in_a_model_evaluator_is_contained_and_its_forgery_flag
     (root / "data" / "modelleak" / "evaluate.py").write_text(
         "import json\nimport model_code\nprint(json.dumps({'Reward Mean': model_code.score()}))\n"
     )
+    (root / "data" / "modelleak" / "model_code.py").write_text("def score():\n    return 1.0\n")
     (root / "configs" / "tasks" / "modelleak.yaml").write_text(
         "id: modelleak\nname: modelleak\ndescription: d\ntask_entrypoint: ModelSubmissionTasks\n"
-        "training_timeout: 60\nstarter_code: [data/modelleak/evaluate.py]\nevaluation_paths: [evaluate.py]\n"
-        "baseline_scores: [{Reward Mean: 1.0}]\nscore_range: [0.0, 10.0]\n"
+        "training_timeout: 60\nstarter_code: [data/modelleak/evaluate.py, data/modelleak/model_code.py]\n"
+        "evaluation_paths: [evaluate.py]\nbaseline_scores: [{Reward Mean: 1.0}]\nscore_range: [0.0, 10.0]\n"
     )
     workspace = await _workspace(load_task("modelleak", root), sandbox)
     agent_code = (
@@ -265,3 +266,28 @@ async def test_an_optional_import_of_the_evaluator_never_reaches_a_module_the_ag
     await sandbox.write_file("/home/agent/workspace/speedups.py", "BONUS = 100.0\n", owner="agent")
     evaluation = await workspace.evaluate()
     assert evaluation.ok and evaluation.score == 1.0, evaluation
+
+
+async def test_a_model_evaluator_imports_only_the_tasks_own_modules_from_the_workspace(
+    sandbox: Sandbox, tmp_path
+) -> None:
+    """MLGym's RL evaluators import `gymnax`, which an image may lack: a `gymnax/` the agent writes must not
+    stand in for it. The task's own package (`src/`) still imports, submodules included."""
+    root = write_mlgym_like_root(tmp_path / "MLGym")
+    folder = root / "data" / "modelimports"
+    (folder / "src").mkdir(parents=True)
+    (folder / "src" / "__init__.py").write_text("")
+    (folder / "src" / "helpers.py").write_text("def reward():\n    return 2.0\n")
+    (folder / "evaluate.py").write_text(
+        "import json\nfrom src.helpers import reward\ntry:\n    import gymnax_like\n    extra = gymnax_like.EXTRA\n"
+        "except ImportError:\n    extra = 0.0\nprint(json.dumps({'Reward Mean': reward() + extra}))\n"
+    )
+    (root / "configs" / "tasks" / "modelimports.yaml").write_text(
+        "id: modelimports\nname: modelimports\ndescription: d\ntask_entrypoint: ModelSubmissionTasks\n"
+        "training_timeout: 60\nstarter_code: [data/modelimports/evaluate.py, data/modelimports/src]\n"
+        "evaluation_paths: [evaluate.py]\nbaseline_scores: [{Reward Mean: 2.0}]\n"
+    )
+    workspace = await _workspace(load_task("modelimports", root), sandbox)
+    await sandbox.run("echo a: 1 > config.yaml && mkdir gymnax_like && echo 'EXTRA = 40.0' > gymnax_like/__init__.py")
+    evaluation = await workspace.evaluate()
+    assert evaluation.ok and evaluation.score == 2.0, evaluation

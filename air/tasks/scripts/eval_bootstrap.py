@@ -5,7 +5,9 @@
 Runs the task's pristine evaluation script from the private copy as ``__main__``. The standard library
 and site-packages come first on sys.path (-I), then our proxy library, then the private copy (the
 script's folder: secrets and, for Python-entrypoint tasks, the proxies of the agent's modules). Only
-Model-entrypoint tasks also see the workspace, because MLGym's evaluators import the agent's model code.
+Model-entrypoint tasks also import from the workspace, because MLGym's evaluators import the agent's
+model code: only the modules the task itself names as the agent's (``AIR_AGENT_MODULES``, e.g. ``src``,
+``baseline``), so a library the image lacks cannot be supplied by the agent (a planted ``gymnax/``).
 
 With an evaluation seed (``AIR_EVAL_SEED``, set by eval_runner.py) the global generators an evaluator
 may draw from unseeded (``random``, ``numpy.random``) and the string hash are seeded first, so the
@@ -43,6 +45,21 @@ def seed_globals(seed: int) -> None:
     numpy.random.seed(seed % 2**32)
 
 
+class _AgentModules:
+    """Finds the agent's named top-level modules in the workspace (their submodules follow the package's
+    own path), and nothing else there."""
+
+    def __init__(self, allowed: set[str]) -> None:
+        self.allowed = allowed
+
+    def find_spec(self, name, path=None, target=None):
+        if path is not None or name not in self.allowed:
+            return None
+        from importlib.machinery import PathFinder
+
+        return PathFinder.find_spec(name, [WORKSPACE])
+
+
 def main() -> None:
     seed = os.environ.get("AIR_EVAL_SEED", "")
     if seed.isdigit():
@@ -55,7 +72,8 @@ def main() -> None:
     sys.path.append(HERE)
     sys.path.append(str(Path(script).parent))
     if mode == "model":
-        sys.path.append(WORKSPACE)
+        allowed = set(filter(None, os.environ.pop("AIR_AGENT_MODULES", "").split(",")))
+        sys.meta_path.append(_AgentModules(allowed))
     sys.argv = [script, *args]
     runpy.run_path(script, run_name="__main__")
 

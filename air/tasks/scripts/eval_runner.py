@@ -34,19 +34,18 @@ import pwd
 import random
 import resource
 import shutil
-import signal
 import socket
 import stat
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -I leaves the script's folder out
 import submission_checks  # noqa: E402
 import workspace_guard  # noqa: E402
 from call_channel import REGION_SIZE  # noqa: E402
+from user_processes import kill_all, state_and_start  # noqa: E402
 
 AIR = Path("/opt/air")
 LIB = Path("/opt/air-lib")
@@ -152,44 +151,6 @@ def _oom_first(pid: int) -> None:
         pass
 
 
-def _processes_of(uid: int) -> list[tuple[int, int]]:
-    """(pid, start time in clock ticks) of every live process of ``uid``."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            if os.stat(f"/proc/{entry}").st_uid != uid:
-                continue
-            state, start = _state_and_start(entry)
-            if state in ("Z", "X"):
-                continue  # dead already, waiting to be reaped
-        except (OSError, ValueError, IndexError):
-            continue
-        found.append((int(entry), start))
-    return found
-
-
-def _state_and_start(pid: str) -> tuple[str, int]:
-    """A process's state letter and start time in clock ticks, from /proc/PID/stat (after the name)."""
-    fields = open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()
-    return fields[0], int(fields[19])
-
-
-def kill_all(uid: int, started_after: int | None = None) -> None:
-    """SIGKILL every process of ``uid`` (only those started after the tick, when given), until none is left."""
-    for _ in range(50):
-        victims = [pid for pid, start in _processes_of(uid) if started_after is None or start >= started_after]
-        if not victims:
-            return
-        for pid in victims:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.01)
-
-
 def _owned_by(uid: int):
     """(path, lstat) of everything under LEFTOVER_DIRS that ``uid`` owns, deepest first."""
     for top in LEFTOVER_DIRS:
@@ -252,7 +213,7 @@ def main() -> int:
     gid = grp.getgrnam(EVALUATOR_USER).gr_gid
     protected = {line.strip() for line in open(AIR / "protected.txt") if line.strip()}
     secret = {line.strip() for line in open(AIR / "secret.txt") if line.strip()}
-    started = _state_and_start("self")[1]
+    started = state_and_start("self")[1]
 
     prepare_private_copy(args.mode, protected, gid)
     try:
@@ -347,6 +308,9 @@ def evaluate(args: argparse.Namespace, evaluator_argv: list[str], agent: pwd.str
     out_read, out_write = os.pipe()
     err_read, err_write = os.pipe()
     evaluator_env = {**env, "HOME": str(EVAL_HOME), "TMPDIR": str(EVAL_HOME), **evaluator_seed}
+    if args.mode == "model":  # the agent's modules it may import from the workspace (eval_bootstrap.py)
+        names = (AIR / "agent_modules.txt").read_text().split() if (AIR / "agent_modules.txt").exists() else []
+        evaluator_env["AIR_AGENT_MODULES"] = ",".join(name.removesuffix(".py").rstrip("/") for name in names)
     if evaluator_cpus:  # BLAS threads beyond its CPUs would take turns with it on them, ~60 us a call
         evaluator_env.update(dict.fromkeys(BLAS_THREAD_VARIABLES, str(len(evaluator_cpus))))
     evaluation = subprocess.Popen(
