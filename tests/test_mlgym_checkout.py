@@ -189,3 +189,16 @@ def test_the_house_price_split_command_works(tmp_path: Path) -> None:
         "train.csv",
         "validation.csv",
     ]
+
+
+@pytest.mark.docker
+async def test_blotto_refuses_an_allocation_of_the_wrong_length(sandbox: Sandbox) -> None:
+    workspace = TaskWorkspace(load_task("blotto", ROOT), sandbox)
+    await workspace.setup()
+    honest = await workspace.evaluate()
+    assert honest.ok, honest
+    await sandbox.write_file(
+        "/home/agent/workspace/strategy.py", "def row_strategy(history):\n    return [120]\n", owner="agent"
+    )
+    short = await workspace.evaluate()
+    assert short.score is None and "returned 1 values; the task expects 6" in short.error, short

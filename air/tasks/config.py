@@ -62,6 +62,9 @@ class TaskConfig(BaseModel):
     # Also ours: the id column of a CSV submission, whose values must each appear once (checked before the
     # evaluator runs). Known tasks: KNOWN_SUBMISSION_ID_COLUMNS.
     submission_id_column: str | None = None
+    # And ours: how many values a function of the agent's must return, "module.function" -> length (checked
+    # in the evaluator's proxy, Python tasks). Known tasks: KNOWN_RETURN_LENGTHS.
+    return_lengths: dict[str, int] | None = None
 
 
 # --- what MLGym's configs do not say ---------------------------------------------------------
@@ -121,6 +124,10 @@ KNOWN_SUBMISSION_ID_COLUMNS_BY_DATASET: dict[str, str] = {
     "datasets/titanic.yaml": "PassengerId",
     "datasets/kaggleHousePrice.yaml": "Id",
 }
+
+# MLGym's blotto checks an allocation's sum and signs, not its length, and zip() truncates: [120] would win
+# every battlefield it is compared on. Six battlefields, as its target plays.
+KNOWN_RETURN_LENGTHS: dict[str, dict[str, int]] = {"blotto": {"strategy.row_strategy": 6}}
 
 # Primary metric and direction of MLGym's tasks whose first baseline key is not the primary one,
 # or where lower is better.

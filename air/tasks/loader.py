@@ -22,6 +22,7 @@ from air.tasks.config import (
     DEFAULT_TRAINING_TIMEOUT,
     KNOWN_PRIMARY_METRICS,
     KNOWN_READ_ONLY_FILES,
+    KNOWN_RETURN_LENGTHS,
     KNOWN_SCORE_RANGES,
     KNOWN_SECRET_FILES,
     KNOWN_SECRET_FILES_BY_DATASET,
@@ -170,6 +171,11 @@ class Task:
         by_dataset = [KNOWN_SUBMISSION_ID_COLUMNS_BY_DATASET.get(d) for d in self.config.dataset_configs]
         known = KNOWN_SUBMISSION_ID_COLUMNS.get(self.id) or next(filter(None, by_dataset), None)
         return self.config.submission_id_column or known
+
+    @property
+    def return_lengths(self) -> dict[str, int]:
+        """How many values the agent's functions must return ("module.function" -> length)."""
+        return {**KNOWN_RETURN_LENGTHS.get(self.id, {}), **(self.config.return_lengths or {})}
 
     @property
     def read_only_files(self) -> list[str]:

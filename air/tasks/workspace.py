@@ -108,6 +108,7 @@ class TaskWorkspace:
             "id_column.txt": [task.submission_id_column] if task.submission_id_column else [],
             # The agent's modules the evaluator may import: the task's own, never one the agent adds.
             "agent_modules.txt": agent_modules(files, protected),
+            "return_lengths.txt": [f"{name}={length}" for name, length in sorted(task.return_lengths.items())],
         }
         key = (path, tuple(protected))
         if key not in task._archives:  # built once per task (files can be MBs), off the event loop

@@ -291,3 +291,28 @@ async def test_a_model_evaluator_imports_only_the_tasks_own_modules_from_the_wor
     await sandbox.run("echo a: 1 > config.yaml && mkdir gymnax_like && echo 'EXTRA = 40.0' > gymnax_like/__init__.py")
     evaluation = await workspace.evaluate()
     assert evaluation.ok and evaluation.score == 2.0, evaluation
+
+
+async def test_a_result_of_the_wrong_length_fails_the_evaluation(sandbox: Sandbox, tmp_path) -> None:
+    """A game that compares allocations with zip() and never checks their length (MLGym's blotto): one
+    battlefield with every soldier on it would win each comparison made. ``return_lengths`` refuses it."""
+    root = write_mlgym_like_root(tmp_path / "MLGym")
+    folder = root / "data" / "fields"
+    folder.mkdir(parents=True)
+    (folder / "strategy.py").write_text("def allocate():\n    return [20] * 6\n")
+    (folder / "evaluate.py").write_text(
+        "import json\nfrom strategy import allocate\nmine = allocate()\nassert sum(mine) <= 120\n"
+        "wins = sum(1 for a, b in zip(mine, [19, 19, 19, 21, 21, 21]) if a > b)\n"
+        "print(json.dumps({'Score': wins / 6}))\n"
+    )
+    (root / "configs" / "tasks" / "fields.yaml").write_text(
+        "id: fields\nname: fields\ndescription: d\ntask_entrypoint: PythonSubmissionTasks\n"
+        "training_timeout: 60\nstarter_code: [data/fields/strategy.py, data/fields/evaluate.py]\n"
+        "evaluation_paths: [evaluate.py]\nbaseline_scores: [{Score: 0.5}]\n"
+        "return_lengths: {strategy.allocate: 6}\n"
+    )
+    workspace = await _workspace(load_task("fields", root), sandbox)
+    assert (await workspace.evaluate()).score == 0.5
+    await sandbox.write_file("/home/agent/workspace/strategy.py", "def allocate():\n    return [120]\n", owner="agent")
+    evaluation = await workspace.evaluate()
+    assert evaluation.score is None and "strategy.allocate returned 1 values; the task expects 6" in evaluation.error

@@ -192,6 +192,38 @@ def remote_function(connection: _Connection, module: str, name: str):
     return call
 
 
+def _return_lengths() -> dict[str, int]:
+    """``AIR_RETURN_LENGTHS`` ("strategy.row_strategy=6,..."), set by eval_runner from the task."""
+    pairs = (item.partition("=") for item in os.environ.get("AIR_RETURN_LENGTHS", "").split(",") if item)
+    return {name: int(length) for name, _, length in pairs if length.isdigit()}
+
+
+def length_checked(function, where: str, expected: int):
+    """``function``, refusing a result that does not hold ``expected`` values (blotto: an allocation of
+    one battlefield would win every comparison zip() makes): the evaluation fails, never scores."""
+
+    def call(*args, **kwargs):
+        result = function(*args, **kwargs)
+        try:
+            size = len(result)
+        except TypeError:
+            size = None
+        if size != expected:
+            got = f"{size} values" if size is not None else f"a {type(result).__name__}"
+            raise AgentCodeError(f"{where} returned {got}; the task expects {expected}")
+        return result
+
+    call.__name__ = call.__qualname__ = function.__name__
+    call.__module__ = function.__module__
+    return call
+
+
+def _function(connection: _Connection, module: str, name: str, lengths: dict[str, int]):
+    function = remote_function(connection, module, name)
+    where = f"{module}.{name}"
+    return length_checked(function, where, lengths[where]) if where in lengths else function
+
+
 def bind(namespace: dict) -> None:
     """Fill a proxy module's namespace with the agent module's names (the agent's import runs now)."""
     name = Path(namespace["__file__"]).stem
@@ -200,9 +232,10 @@ def bind(namespace: dict) -> None:
         names = connection.request("import", name)
     except AgentCodeError as exc:
         raise ImportError(f"importing the agent's {name}.py failed: {exc}", name=name) from None
+    lengths = _return_lengths()
     for attr, value in names.items():
         if type(attr) is str and not attr.startswith("__"):
-            namespace[attr] = remote_function(connection, name, attr) if value is _CALLABLE else value
+            namespace[attr] = _function(connection, name, attr, lengths) if value is _CALLABLE else value
 
     def __getattr__(attr: str):  # names the agent's module gains later, or private ones
         if attr.startswith("__"):
@@ -211,7 +244,7 @@ def bind(namespace: dict) -> None:
             value = connection.request("getattr", name, attr)
         except AgentCodeError as exc:
             raise AttributeError(f"module {name!r} has no attribute {attr!r} ({exc})") from None
-        return remote_function(connection, name, attr) if value is _CALLABLE else value
+        return _function(connection, name, attr, lengths) if value is _CALLABLE else value
 
     namespace["__getattr__"] = __getattr__
 

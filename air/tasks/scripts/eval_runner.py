@@ -308,6 +308,8 @@ def evaluate(args: argparse.Namespace, evaluator_argv: list[str], agent: pwd.str
     out_read, out_write = os.pipe()
     err_read, err_write = os.pipe()
     evaluator_env = {**env, "HOME": str(EVAL_HOME), "TMPDIR": str(EVAL_HOME), **evaluator_seed}
+    if args.mode == "python" and (AIR / "return_lengths.txt").exists():  # checked by the proxy
+        evaluator_env["AIR_RETURN_LENGTHS"] = ",".join((AIR / "return_lengths.txt").read_text().split())
     if args.mode == "model":  # the agent's modules it may import from the workspace (eval_bootstrap.py)
         names = (AIR / "agent_modules.txt").read_text().split() if (AIR / "agent_modules.txt").exists() else []
         evaluator_env["AIR_AGENT_MODULES"] = ",".join(name.removesuffix(".py").rstrip("/") for name in names)
