@@ -80,9 +80,9 @@ def copy_submission(name: str, dest: Path, limit: int = SUBMISSION_LIMIT) -> Non
         os.close(fd)
 
 
-def _folder_for(ws: int, rel: str) -> tuple[int, str]:
+def _folder_for(ws: int, rel: str, create: bool = True) -> tuple[int, str]:
     """(descriptor of the folder holding ``rel``, its last name): the folders on the way are the task's
-    own (root's); a missing one is made root's, anything else there fails the evaluation."""
+    own (root's); a missing one is made root's (``create``), anything else there fails the evaluation."""
     *folders, name = rel.split("/")
     fd = os.dup(ws)
     try:
@@ -91,6 +91,8 @@ def _folder_for(ws: int, rel: str) -> tuple[int, str]:
             try:
                 info = os.stat(part, dir_fd=fd, follow_symlinks=False)
             except FileNotFoundError:
+                if not create:
+                    raise
                 os.mkdir(part, 0o755, dir_fd=fd)
                 info = os.stat(part, dir_fd=fd, follow_symlinks=False)
             if not stat.S_ISDIR(info.st_mode) or info.st_uid != 0:
@@ -146,7 +148,7 @@ def remove(rel: str) -> None:
     except WorkspaceProblem:
         return
     try:
-        folder, name = _folder_for(ws, rel)
+        folder, name = _folder_for(ws, rel, create=False)
     except (WorkspaceProblem, OSError):
         return
     finally:
