@@ -41,6 +41,10 @@ freeze() {  # a signal takes effect when its process next runs: look again, send
 }
 finish() { as_agent kill -CONT -1 2>/dev/null; }
 trap finish EXIT
+if ! command -v setpriv >/dev/null; then
+  echo "This image lacks setpriv (util-linux), which evaluation needs to stop the agent's processes: no score."
+  exit 0
+fi
 if ! freeze; then
   running=$(running_agent_pids | head -n 20 | tr '\n' ' ')
   echo "The agent's processes could not all be stopped for the evaluation (still running: ${running% }): no score."
