@@ -95,7 +95,12 @@ def _chown_tree(root: Path, gid: int) -> None:
         os.chmod(path, 0o750 if executable else 0o640)
 
 
-def prepare_private_copy(mode: str, protected: set[str], gid: int) -> None:
+def listed(name: str) -> list[str]:
+    """The lines of a list the workspace set-up left in /opt/air (``air/tasks/workspace.py`` writes them)."""
+    return [line.strip() for line in (AIR / name).read_text().splitlines() if line.strip()]
+
+
+def prepare_private_copy(mode: str, protected: set[str], gid: int, agent_modules: list[str]) -> None:
     shutil.rmtree(EVAL_ROOT, ignore_errors=True)
     EVAL_ROOT.mkdir(mode=0o750)
     os.chown(EVAL_ROOT, 0, gid)
@@ -108,9 +113,8 @@ def prepare_private_copy(mode: str, protected: set[str], gid: int) -> None:
     if mode in ("python", "direct"):
         from air_agent_proxy import PROXY_SOURCE
 
-        named = set((AIR / "agent_modules.txt").read_text().split()) if (AIR / "agent_modules.txt").exists() else set()
         for path in WORKSPACE.glob("*.py"):  # the task's own modules only: a planted `pickle5.py` stays out
-            if path.name in named and path.name not in protected and not (PRIVATE / path.name).exists():
+            if path.name in agent_modules and path.name not in protected and not (PRIVATE / path.name).exists():
                 if mode == "python":
                     (PRIVATE / path.name).write_text(PROXY_SOURCE)
                 elif path.is_file() and not path.is_symlink():
@@ -211,17 +215,17 @@ def main() -> int:
     evaluator_argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
     agent = pwd.getpwnam(args.agent)
     gid = grp.getgrnam(EVALUATOR_USER).gr_gid
-    protected = {line.strip() for line in open(AIR / "protected.txt") if line.strip()}
-    secret = {line.strip() for line in open(AIR / "secret.txt") if line.strip()}
+    protected, secret = set(listed("protected.txt")), set(listed("secret.txt"))
+    agent_modules = listed("agent_modules.txt")
     started = state_and_start("self")[1]
 
-    prepare_private_copy(args.mode, protected, gid)
+    prepare_private_copy(args.mode, protected, gid, agent_modules)
     try:
         if args.submission:
             workspace_guard.copy_submission(args.submission, PRIVATE / args.submission)
             os.chown(PRIVATE / args.submission, 0, gid)
             os.chmod(PRIVATE / args.submission, 0o640)
-            column = (AIR / "id_column.txt").read_text().strip() if (AIR / "id_column.txt").exists() else ""
+            column = "".join(listed("id_column.txt"))
             refused = column and submission_checks.repeated_id(PRIVATE / args.submission, column)
             if refused:  # framed like a failed evaluator: exit code 1, the reason as its stderr
                 sys.stdout.write(f"\n{args.separator}\n1\n{refused}\n")
@@ -229,7 +233,7 @@ def main() -> int:
         if args.mode == "model":  # the evaluator works in the workspace: the task's files back in it
             restore_protected(protected, secret, gid)
             close_shared_writes(agent.pw_uid)
-        return evaluate(args, evaluator_argv, agent, started)
+        return evaluate(args, evaluator_argv, agent, started, agent_modules)
     except workspace_guard.WorkspaceProblem as problem:
         sys.stdout.write(f"\n{args.separator}\nno-submission\n{problem}\n")
         return 0
@@ -244,26 +248,19 @@ def restore_protected(protected: set[str], secret: set[str], gid: int) -> None:
     """The pristine protected files into the workspace (secrets readable by the evaluator only); a file
     still root's in a folder still root's is left alone (the agent cannot have changed it)."""
     for rel in sorted(protected):
-        if "/" in rel and rel not in secret and _still_roots(rel):
+        if "/" in rel and rel not in secret and workspace_guard.is_tasks_own(rel):
             continue
         owner, mode = ((0, gid), 0o640) if rel in secret else ((0, 0), 0o644)
         workspace_guard.restore(rel, AIR / "pristine" / rel, *owner, mode)
 
 
-def _still_roots(rel: str) -> bool:
-    path = WORKSPACE
-    for part in rel.split("/"):
-        path = path / part
-        try:
-            info = os.lstat(path)
-        except OSError:
-            return False
-        if info.st_uid != 0 or stat.S_ISLNK(info.st_mode):
-            return False
-    return stat.S_ISREG(info.st_mode)
-
-
-def evaluate(args: argparse.Namespace, evaluator_argv: list[str], agent: pwd.struct_passwd, started: int) -> int:
+def evaluate(
+    args: argparse.Namespace,
+    evaluator_argv: list[str],
+    agent: pwd.struct_passwd,
+    started: int,
+    agent_modules: list[str],
+) -> int:
     """Run the evaluator (and, for Python tasks, the agent's worker) and print the framed result."""
     evaluator = pwd.getpwnam(EVALUATOR_USER)
     gid = grp.getgrnam(EVALUATOR_USER).gr_gid
@@ -308,11 +305,10 @@ def evaluate(args: argparse.Namespace, evaluator_argv: list[str], agent: pwd.str
     out_read, out_write = os.pipe()
     err_read, err_write = os.pipe()
     evaluator_env = {**env, "HOME": str(EVAL_HOME), "TMPDIR": str(EVAL_HOME), **evaluator_seed}
-    if args.mode == "python" and (AIR / "return_lengths.txt").exists():  # checked by the proxy
-        evaluator_env["AIR_RETURN_LENGTHS"] = ",".join((AIR / "return_lengths.txt").read_text().split())
+    if args.mode == "python":  # checked by the proxy
+        evaluator_env["AIR_RETURN_LENGTHS"] = ",".join(listed("return_lengths.txt"))
     if args.mode == "model":  # the agent's modules it may import from the workspace (eval_bootstrap.py)
-        names = (AIR / "agent_modules.txt").read_text().split() if (AIR / "agent_modules.txt").exists() else []
-        evaluator_env["AIR_AGENT_MODULES"] = ",".join(name.removesuffix(".py").rstrip("/") for name in names)
+        evaluator_env["AIR_AGENT_MODULES"] = ",".join(name.removesuffix(".py").rstrip("/") for name in agent_modules)
     if evaluator_cpus:  # BLAS threads beyond its CPUs would take turns with it on them, ~60 us a call
         evaluator_env.update(dict.fromkeys(BLAS_THREAD_VARIABLES, str(len(evaluator_cpus))))
     evaluation = subprocess.Popen(

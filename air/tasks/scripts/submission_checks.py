@@ -18,10 +18,10 @@ def repeated_id(path: Path, column: str) -> str | None:
     try:
         with open(path, newline="", encoding="utf-8", errors="replace") as f:
             reader = csv.reader(f)
-            header = next(reader, None)
-            if not header or column not in [name.strip() for name in header]:
+            header = [name.strip() for name in next(reader, [])]
+            if column not in header:
                 return None
-            at = [name.strip() for name in header].index(column)
+            at = header.index(column)
             seen: set[str] = set()
             for row in reader:
                 if at < len(row):

@@ -32,7 +32,7 @@ def open_folder(path: str, base: int | None = None) -> int:
         for part in parts:
             try:
                 child = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            except (NotADirectoryError, OSError) as exc:
+            except OSError as exc:  # ELOOP (a link), ENOTDIR, ENOENT
                 raise WorkspaceProblem(f"{part} (in {path}) is not a folder: {exc.strerror or exc}") from exc
             os.close(fd)
             fd = child
@@ -141,18 +141,43 @@ def restore(rel: str, source: Path, uid: int, gid: int, mode: int) -> None:
         os.close(folder)
 
 
-def remove(rel: str) -> None:
-    """Delete workspace path ``rel`` (a file put there by ``restore``) if its folders are still the task's."""
+def _tasks_folder_for(rel: str) -> tuple[int, str] | None:
+    """(descriptor of the folder holding workspace path ``rel``, its last name) if that folder and those
+    above it are still the task's own, else None."""
     try:
         ws = open_folder(WORKSPACE)
     except WorkspaceProblem:
-        return
+        return None
     try:
-        folder, name = _folder_for(ws, rel, create=False)
+        return _folder_for(ws, rel, create=False)
     except (WorkspaceProblem, OSError):
-        return
+        return None
     finally:
         os.close(ws)
+
+
+def is_tasks_own(rel: str) -> bool:
+    """Whether workspace path ``rel`` is still a regular file of root's in folders of root's: nothing the
+    agent can have changed."""
+    found = _tasks_folder_for(rel)
+    if found is None:
+        return False
+    folder, name = found
+    try:
+        info = os.stat(name, dir_fd=folder, follow_symlinks=False)
+    except OSError:
+        return False
+    finally:
+        os.close(folder)
+    return stat.S_ISREG(info.st_mode) and info.st_uid == 0
+
+
+def remove(rel: str) -> None:
+    """Delete workspace path ``rel`` (a file put there by ``restore``) if its folders are still the task's."""
+    found = _tasks_folder_for(rel)
+    if found is None:
+        return
+    folder, name = found
     try:
         _remove(folder, name)
     finally:
