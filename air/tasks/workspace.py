@@ -201,7 +201,7 @@ class TaskWorkspace:
             return Evaluation(metrics, None, message, "evaluation_failed", submission, duration, stderr)
         problem = suspicion(self.task, metrics, score, agent_code_ran)
         if problem:
-            return Evaluation(None, None, REJECTED, "suspicious", submission, duration, stderr, problem)
+            return Evaluation(metrics, None, REJECTED, "suspicious", submission, duration, stderr, problem)
         return Evaluation(metrics, score, None, "ok", submission, duration, stderr)
 
 

@@ -195,6 +195,7 @@ async def test_agent_code_in_a_model_evaluator_is_contained_and_its_forgery_flag
     assert evaluation.status == "suspicious" and evaluation.score is None, evaluation
     assert "outside what Reward Mean can reach" in evaluation.detail
     assert evaluation.error == REJECTED and "Reward Mean" not in evaluation.error  # nothing to forge along
+    assert evaluation.metrics == {"Reward Mean": 99.0}  # kept in the trajectory for people, not shown to the agent
     result = await sandbox.run("ls /tmp drop; stat -c %A drop")
     assert "left-by-evaluator" not in result.output and "drop-refused" not in result.output
     assert result.output.strip().endswith("drwxrwxr-x")  # others' write taken away before evaluating
