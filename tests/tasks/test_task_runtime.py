@@ -13,6 +13,21 @@ from tests.mlgym_like import write_mlgym_like_root
 pytestmark = pytest.mark.docker
 
 
+def _own_task(tmp_path, name: str, entrypoint: str, files: dict[str, str], config: str) -> Task:
+    """A task of ``entrypoint`` in an MLGym-like root: ``files`` under data/<name>/, their top-level entries
+    its starter code in the order given, evaluate.py its evaluation script, ``config`` further YAML lines."""
+    root = write_mlgym_like_root(tmp_path / "MLGym")
+    for rel, text in files.items():
+        (root / "data" / name / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / "data" / name / rel).write_text(text)
+    starter = ", ".join(dict.fromkeys(f"data/{name}/{rel.split('/')[0]}" for rel in files))
+    (root / "configs" / "tasks" / f"{name}.yaml").write_text(
+        f"id: {name}\nname: {name}\ndescription: d\ntask_entrypoint: {entrypoint}\ntraining_timeout: 60\n"
+        f"starter_code: [{starter}]\nevaluation_paths: [evaluate.py]\n{config}"
+    )
+    return load_task(name, root)
+
+
 async def _workspace(task: Task, sandbox: Sandbox) -> TaskWorkspace:
     workspace = TaskWorkspace(task, sandbox)
     await workspace.setup()
@@ -167,18 +182,12 @@ async def test_agent_code_in_a_model_evaluator_is_contained_and_its_forgery_flag
     """MLGym's model evaluators import the agent's code. Here that code runs as air-eval, leaves files
     for the agent in /tmp and in a folder the agent opened to everyone, and reports a score its metric
     cannot reach (the task's own ``score_range``): the score is not counted, nothing stays behind."""
-    root = write_mlgym_like_root(tmp_path / "MLGym")
-    (root / "data" / "modelleak").mkdir(parents=True)
-    (root / "data" / "modelleak" / "evaluate.py").write_text(
-        "import json\nimport model_code\nprint(json.dumps({'Reward Mean': model_code.score()}))\n"
-    )
-    (root / "data" / "modelleak" / "model_code.py").write_text("def score():\n    return 1.0\n")
-    (root / "configs" / "tasks" / "modelleak.yaml").write_text(
-        "id: modelleak\nname: modelleak\ndescription: d\ntask_entrypoint: ModelSubmissionTasks\n"
-        "training_timeout: 60\nstarter_code: [data/modelleak/evaluate.py, data/modelleak/model_code.py]\n"
-        "evaluation_paths: [evaluate.py]\nbaseline_scores: [{Reward Mean: 1.0}]\nscore_range: [0.0, 10.0]\n"
-    )
-    workspace = await _workspace(load_task("modelleak", root), sandbox)
+    files = {
+        "evaluate.py": "import json\nimport model_code\nprint(json.dumps({'Reward Mean': model_code.score()}))\n",
+        "model_code.py": "def score():\n    return 1.0\n",
+    }
+    config = "baseline_scores: [{Reward Mean: 1.0}]\nscore_range: [0.0, 10.0]\n"
+    workspace = await _workspace(_own_task(tmp_path, "modelleak", "ModelSubmissionTasks", files, config), sandbox)
     agent_code = (
         "import os\n"
         "def score():\n"
@@ -206,18 +215,12 @@ async def test_a_model_tasks_data_folder_replaced_by_the_agent_fails_instead_of_
 ) -> None:
     """A model task's evaluator reads data/ in the workspace: root no longer repairs a data/ that is not the
     task's (it would work in the agent's folder); the evaluation fails until the original is back."""
-    root = write_mlgym_like_root(tmp_path / "MLGym")
-    (root / "data" / "modeldata" / "data").mkdir(parents=True)
-    (root / "data" / "modeldata" / "data" / "values.txt").write_text("1\n2\n")
-    (root / "data" / "modeldata" / "evaluate.py").write_text(
-        "import json\nprint(json.dumps({'Total': sum(int(v) for v in open('data/values.txt'))}))\n"
-    )
-    (root / "configs" / "tasks" / "modeldata.yaml").write_text(
-        "id: modeldata\nname: modeldata\ndescription: d\ntask_entrypoint: ModelSubmissionTasks\n"
-        "training_timeout: 60\nstarter_code: [data/modeldata/evaluate.py, data/modeldata/data]\n"
-        "evaluation_paths: [evaluate.py]\nbaseline_scores: [{Total: 3}]\n"
-    )
-    workspace = await _workspace(load_task("modeldata", root), sandbox)
+    files = {
+        "evaluate.py": "import json\nprint(json.dumps({'Total': sum(int(v) for v in open('data/values.txt'))}))\n",
+        "data/values.txt": "1\n2\n",
+    }
+    task = _own_task(tmp_path, "modeldata", "ModelSubmissionTasks", files, "baseline_scores: [{Total: 3}]\n")
+    workspace = await _workspace(task, sandbox)
     await sandbox.run("echo a: 1 > config.yaml")
     assert (await workspace.evaluate()).score == 3
     await sandbox.run("mv data data.orig && mkdir data && echo 1000 > data/values.txt")
@@ -249,20 +252,13 @@ async def test_an_optional_import_of_the_evaluator_never_reaches_a_module_the_ag
 ) -> None:
     """Only the task's own modules (strategy.py) are proxied into the evaluator: a `speedups.py` the agent
     adds is not importable there, so an evaluator's `try: import speedups` falls back as it should."""
-    root = write_mlgym_like_root(tmp_path / "MLGym")
-    folder = root / "data" / "optional"
-    folder.mkdir(parents=True)
-    (folder / "strategy.py").write_text("def play():\n    return 1.0\n")
-    (folder / "evaluate.py").write_text(
-        "import json\nfrom strategy import play\ntry:\n    import speedups\n    bonus = speedups.BONUS\n"
-        "except ImportError:\n    bonus = 0.0\nprint(json.dumps({'Score': play() + bonus}))\n"
-    )
-    (root / "configs" / "tasks" / "optional.yaml").write_text(
-        "id: optional\nname: optional\ndescription: d\ntask_entrypoint: PythonSubmissionTasks\n"
-        "training_timeout: 60\nstarter_code: [data/optional/strategy.py, data/optional/evaluate.py]\n"
-        "evaluation_paths: [evaluate.py]\nbaseline_scores: [{Score: 1.0}]\n"
-    )
-    workspace = await _workspace(load_task("optional", root), sandbox)
+    files = {
+        "strategy.py": "def play():\n    return 1.0\n",
+        "evaluate.py": "import json\nfrom strategy import play\ntry:\n    import speedups\n    bonus = speedups.BONUS\n"
+        "except ImportError:\n    bonus = 0.0\nprint(json.dumps({'Score': play() + bonus}))\n",
+    }
+    task = _own_task(tmp_path, "optional", "PythonSubmissionTasks", files, "baseline_scores: [{Score: 1.0}]\n")
+    workspace = await _workspace(task, sandbox)
     assert (await workspace.evaluate()).score == 1.0
     await sandbox.write_file("/home/agent/workspace/speedups.py", "BONUS = 100.0\n", owner="agent")
     evaluation = await workspace.evaluate()
@@ -274,21 +270,15 @@ async def test_a_model_evaluator_imports_only_the_tasks_own_modules_from_the_wor
 ) -> None:
     """MLGym's RL evaluators import `gymnax`, which an image may lack: a `gymnax/` the agent writes must not
     stand in for it. The task's own package (`src/`) still imports, submodules included."""
-    root = write_mlgym_like_root(tmp_path / "MLGym")
-    folder = root / "data" / "modelimports"
-    (folder / "src").mkdir(parents=True)
-    (folder / "src" / "__init__.py").write_text("")
-    (folder / "src" / "helpers.py").write_text("def reward():\n    return 2.0\n")
-    (folder / "evaluate.py").write_text(
-        "import json\nfrom src.helpers import reward\ntry:\n    import gymnax_like\n    extra = gymnax_like.EXTRA\n"
-        "except ImportError:\n    extra = 0.0\nprint(json.dumps({'Reward Mean': reward() + extra}))\n"
-    )
-    (root / "configs" / "tasks" / "modelimports.yaml").write_text(
-        "id: modelimports\nname: modelimports\ndescription: d\ntask_entrypoint: ModelSubmissionTasks\n"
-        "training_timeout: 60\nstarter_code: [data/modelimports/evaluate.py, data/modelimports/src]\n"
-        "evaluation_paths: [evaluate.py]\nbaseline_scores: [{Reward Mean: 2.0}]\n"
-    )
-    workspace = await _workspace(load_task("modelimports", root), sandbox)
+    files = {
+        "evaluate.py": "import json\nfrom src.helpers import reward\ntry:\n    import gymnax_like\n"
+        "    extra = gymnax_like.EXTRA\nexcept ImportError:\n    extra = 0.0\n"
+        "print(json.dumps({'Reward Mean': reward() + extra}))\n",
+        "src/__init__.py": "",
+        "src/helpers.py": "def reward():\n    return 2.0\n",
+    }
+    config = "baseline_scores: [{Reward Mean: 2.0}]\n"
+    workspace = await _workspace(_own_task(tmp_path, "modelimports", "ModelSubmissionTasks", files, config), sandbox)
     await sandbox.run("echo a: 1 > config.yaml && mkdir gymnax_like && echo 'EXTRA = 40.0' > gymnax_like/__init__.py")
     evaluation = await workspace.evaluate()
     assert evaluation.ok and evaluation.score == 2.0, evaluation
@@ -297,22 +287,14 @@ async def test_a_model_evaluator_imports_only_the_tasks_own_modules_from_the_wor
 async def test_a_result_of_the_wrong_length_fails_the_evaluation(sandbox: Sandbox, tmp_path) -> None:
     """A game that compares allocations with zip() and never checks their length (MLGym's blotto): one
     battlefield with every soldier on it would win each comparison made. ``return_lengths`` refuses it."""
-    root = write_mlgym_like_root(tmp_path / "MLGym")
-    folder = root / "data" / "fields"
-    folder.mkdir(parents=True)
-    (folder / "strategy.py").write_text("def allocate():\n    return [20] * 6\n")
-    (folder / "evaluate.py").write_text(
-        "import json\nfrom strategy import allocate\nmine = allocate()\nassert sum(mine) <= 120\n"
+    files = {
+        "strategy.py": "def allocate():\n    return [20] * 6\n",
+        "evaluate.py": "import json\nfrom strategy import allocate\nmine = allocate()\nassert sum(mine) <= 120\n"
         "wins = sum(1 for a, b in zip(mine, [19, 19, 19, 21, 21, 21]) if a > b)\n"
-        "print(json.dumps({'Score': wins / 6}))\n"
-    )
-    (root / "configs" / "tasks" / "fields.yaml").write_text(
-        "id: fields\nname: fields\ndescription: d\ntask_entrypoint: PythonSubmissionTasks\n"
-        "training_timeout: 60\nstarter_code: [data/fields/strategy.py, data/fields/evaluate.py]\n"
-        "evaluation_paths: [evaluate.py]\nbaseline_scores: [{Score: 0.5}]\n"
-        "return_lengths: {strategy.allocate: 6}\n"
-    )
-    workspace = await _workspace(load_task("fields", root), sandbox)
+        "print(json.dumps({'Score': wins / 6}))\n",
+    }
+    config = "baseline_scores: [{Score: 0.5}]\nreturn_lengths: {strategy.allocate: 6}\n"
+    workspace = await _workspace(_own_task(tmp_path, "fields", "PythonSubmissionTasks", files, config), sandbox)
     assert (await workspace.evaluate()).score == 0.5
     await sandbox.write_file("/home/agent/workspace/strategy.py", "def allocate():\n    return [120]\n", owner="agent")
     evaluation = await workspace.evaluate()
