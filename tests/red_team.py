@@ -122,6 +122,17 @@ def background(name: str, source: str) -> str:
 SHOW_LOOT = f"touch {STOP}; sleep 1; ls -la {LOOT} 2>&1; cat {LOOT}/* 2>&1; true"
 
 
+def fork_chain(step: str, seconds: int) -> str:
+    """Python that forks and exits at once, generation after generation (no process lives long enough to
+    be listed and signalled), each new generation running ``step``, until STOP exists or ``seconds`` pass."""
+    return (
+        f"deadline = time.time() + {seconds}\n"
+        f'while time.time() < deadline and not os.path.exists("{STOP}"):\n'
+        "    try:\n        pid = os.fork()\n    except OSError:\n        time.sleep(0.01)\n        continue\n"
+        "    if pid:\n        os._exit(0)\n" + textwrap.indent(textwrap.dedent(step).strip("\n"), "    ") + "\n"
+    )
+
+
 # ------------------------------------------------------------------------------ attacking code
 
 

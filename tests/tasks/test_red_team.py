@@ -51,6 +51,7 @@ from tests.red_team import (
     background,
     check_rollout,
     checkout_secrets,
+    fork_chain,
     heredoc,
     honest_evaluation,
     lane_secrets,
@@ -571,15 +572,8 @@ def evaluating():
     return False
 
 
-deadline = time.time() + 120
-while time.time() < deadline and not os.path.exists("{STOP}"):
-    try:
-        pid = os.fork()
-    except OSError:
-        time.sleep(0.01)
-        continue
-    if pid:
-        os._exit(0)
+""" + fork_chain(
+    """
     if evaluating():
         with open(WS + "/.rt_swap", "w") as f:
             f.write(FORGING)
@@ -587,7 +581,9 @@ while time.time() < deadline and not os.path.exists("{STOP}"):
         with open("/tmp/redteam_swapped", "a") as f:
             f.write("swapped during the evaluation\\n")
     time.sleep(0.002)
-"""
+    """,
+    seconds=120,
+)
 
 
 @pytest.mark.timeout(300)

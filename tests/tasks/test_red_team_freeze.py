@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.red_team import STOP, background, check_rollout, run_attack
+from tests.red_team import STOP, background, check_rollout, fork_chain, run_attack
 
 pytestmark = pytest.mark.docker
 
@@ -19,18 +19,8 @@ SWAPPED = "/tmp/redteam_swapped"
 
 # Forks at once, every generation; a generation that sees the answers restored (the evaluation is on)
 # links submission.csv to them.
-FORK_CHAIN = f"""
-import os, time
-WS = "/home/agent/workspace"
-deadline = time.time() + 150
-while time.time() < deadline and not os.path.exists("{STOP}"):
-    try:
-        pid = os.fork()
-    except OSError:
-        time.sleep(0.01)
-        continue
-    if pid:
-        os._exit(0)
+FORK_CHAIN = "import os, time\nWS = '/home/agent/workspace'\n" + fork_chain(
+    f"""
     if os.path.exists(WS + "/data/answer.csv") and not os.path.islink(WS + "/submission.csv"):
         try:
             os.symlink(WS + "/data/answer.csv", WS + "/.rt_link")
@@ -39,7 +29,9 @@ while time.time() < deadline and not os.path.exists("{STOP}"):
                 f.write("swapped during the evaluation\\n")
         except OSError:
             pass
-"""
+    """,
+    seconds=150,
+)
 
 
 ATTACKS = 8  # the old freeze missed a chain about 40% of the time: eight tries all but always get one through
