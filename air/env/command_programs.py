@@ -13,7 +13,7 @@ import shlex
 from pathlib import PurePosixPath
 
 LONG_PROGRAMS = re.compile(r"(python[0-9.]*|torchrun|accelerate|deepspeed)")
-_SEPARATORS = {";", "&&", "||", "|", "&", "(", ")", "|&", ";;", "\n"}
+_OPERATOR_CHARS = set(";&|()")  # a token of these alone separates commands: ; && || | |& & ( ) ;;
 _WRAPPERS = {"env", "nohup", "time", "nice", "ionice", "stdbuf", "exec", "command", "builtin", "xargs", "setsid"}
 _WITH_VALUE = {"timeout": 1, "taskset": 1, "chrt": 1}  # a wrapper and the values it takes before the program
 _OPTIONS_WITH_VALUE = {  # a wrapper's options that take the next word
@@ -59,7 +59,7 @@ def programs(command: str, depth: int = 0) -> list[str]:
     i, at_start = 0, True
     while i < len(tokens):
         word = tokens[i]
-        if word in _SEPARATORS or set(word) <= set(";&|()"):
+        if set(word) <= _OPERATOR_CHARS:
             at_start = True
             i += 1
             continue
