@@ -2,17 +2,25 @@
 # A second Docker engine on this machine, as another node's would be: its own socket, data root and
 # containers. For rehearsing an env server "elsewhere" (air rehearse --external-env-server).
 #   bash scripts/second_docker_engine.sh start DIR [IMAGE...]   # starts dockerd, copies the images into it
+#   bash scripts/second_docker_engine.sh start DIR --btrfs SIZE [IMAGE...]   # its data root on a btrfs
+#       file of SIZE (loop-mounted, storage driver btrfs): an engine that can give containers a disk quota
 #   bash scripts/second_docker_engine.sh stop DIR               # stops it (its containers go with it)
 # Then: export DOCKER_HOST=unix://DIR/docker.sock for the processes that should use it.
 # Needs root (dockerd) and the docker CLI. No bridge network: sandbox containers run with network "none".
 set -euo pipefail
 
-usage() { echo "usage: $0 start DIR [IMAGE...] | stop DIR" >&2; exit 2; }
+usage() { echo "usage: $0 start DIR [--btrfs SIZE] [IMAGE...] | stop DIR" >&2; exit 2; }
 [[ $# -ge 2 ]] || usage
 action=$1
 dir=$(mkdir -p "$2" && cd "$2" && pwd)
 shift 2
 socket="$dir/docker.sock"
+btrfs_size=""
+if [[ "${1:-}" == --btrfs ]]; then
+    [[ $# -ge 2 ]] || usage
+    btrfs_size=$2
+    shift 2
+fi
 
 case "$action" in
 start)
@@ -20,11 +28,23 @@ start)
         echo "a Docker engine already answers at unix://$socket"
     else
         command -v dockerd >/dev/null || { echo "dockerd not found: apt-get install -y docker.io" >&2; exit 1; }
+        driver=()
+        if [[ -n "$btrfs_size" ]]; then
+            command -v mkfs.btrfs >/dev/null || { echo "mkfs.btrfs not found: apt-get install -y btrfs-progs" >&2; exit 1; }
+            mkdir -p "$dir/data"
+            if ! mountpoint -q "$dir/data"; then
+                rm -f "$dir/btrfs.img"
+                truncate -s "$btrfs_size" "$dir/btrfs.img"
+                mkfs.btrfs -q "$dir/btrfs.img" >/dev/null
+                mount -o loop "$dir/btrfs.img" "$dir/data"
+            fi
+            driver=(--storage-driver btrfs)
+        fi
         # exec-root holds containerd's sockets: a short path keeps them under the 108-byte limit.
         exec_root=$(mktemp -d /tmp/air-engine-XXXXXX)
         echo "$exec_root" > "$dir/exec-root"
         nohup dockerd --host "unix://$socket" --data-root "$dir/data" --exec-root "$exec_root" \
-            --pidfile "$dir/docker.pid" --bridge none --iptables=false --ip6tables=false --ip-masq=false \
+            --pidfile "$dir/docker.pid" "${driver[@]}" --bridge none --iptables=false --ip6tables=false --ip-masq=false \
             > "$dir/dockerd.log" 2>&1 &
         for _ in $(seq 60); do
             DOCKER_HOST="unix://$socket" docker info >/dev/null 2>&1 && break
@@ -52,6 +72,10 @@ stop)
         kill -9 "$pid" 2>/dev/null || true
     fi
     [[ -f "$dir/exec-root" ]] && rm -rf "$(cat "$dir/exec-root")" "$dir/exec-root"
+    if mountpoint -q "$dir/data"; then
+        umount "$dir/data" || umount -l "$dir/data"  # a btrfs data root (--btrfs); its loop device goes with it
+        rm -f "$dir/btrfs.img"
+    fi
     echo "stopped the Docker engine at unix://$socket"
     ;;
 *) usage ;;

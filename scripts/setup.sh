@@ -54,6 +54,8 @@ have python3 || missing+=(python3)
 if ! have uv && ! python3 -m pip --version >/dev/null 2>&1; then missing+=(python3-pip); fi
 { have docker && have dockerd; } || missing+=(docker.io)
 { have debootstrap || [[ -x /usr/sbin/debootstrap ]]; } || missing+=(debootstrap)
+# btrfs-progs: the disk-quota tests run a second engine on a btrfs file (ext4's overlay2 cannot size containers).
+{ have mkfs.btrfs || [[ -x /usr/sbin/mkfs.btrfs ]] || [[ -x /sbin/mkfs.btrfs ]]; } || missing+=(btrfs-progs)
 # Debian's Chromium: the viewer's browser test drives it headless (AIR_SKIP_BROWSER=1 to leave it out).
 if [[ -z "${AIR_SKIP_BROWSER:-}" ]] && ! have chromium && [[ -z "${AIR_CHROMIUM:-}" ]]; then missing+=(chromium); fi
 if ((${#missing[@]})); then

@@ -17,7 +17,7 @@ import pytest
 
 from air.sandbox.config import SandboxConfig
 from tests import opt_in  # noqa: F401  (captures the opt-in checkouts before the variables go)
-from tests.second_engine import second_engine  # noqa: F401  (a fixture)
+from tests.second_engine import quota_engine, second_engine  # noqa: F401  (fixtures)
 
 # A suite started from a script's background job inherits SIGINT ignored, and so does every program it starts:
 # the tests that press Ctrl-C on one then wait in vain. Restore what a terminal gives (exec resets a handler

@@ -17,9 +17,10 @@ SCRIPT = ROOT / "scripts" / "second_docker_engine.sh"
 
 
 class SecondEngine:
-    def __init__(self, folder: Path, image: str) -> None:
+    def __init__(self, folder: Path, image: str, btrfs_size: str = "") -> None:
         self.folder = folder
         self.image = image
+        self.btrfs_size = btrfs_size
         self.address = f"unix://{folder}/docker.sock"
 
     def _script(self, *args: str, timeout: float = 300) -> None:
@@ -30,7 +31,8 @@ class SecondEngine:
 
     def start(self) -> None:
         """Start it (a no-op when it answers) with the sandbox image in it."""
-        self._script("start", str(self.folder), self.image)
+        btrfs = ["--btrfs", self.btrfs_size] if self.btrfs_size else []
+        self._script("start", str(self.folder), *btrfs, self.image)
 
     def stop(self) -> None:
         """Stop it as a host's restart does: dockerd gets SIGTERM and stops its containers."""
@@ -55,6 +57,29 @@ def second_engine_problem() -> str | None:
     if shutil.which("dockerd") is None or shutil.which("docker") is None:
         return "a second Docker engine needs dockerd and the docker CLI (apt-get install -y docker.io)"
     return None
+
+
+def btrfs_problem() -> str | None:
+    if shutil.which("mkfs.btrfs") is None:
+        return "an engine on btrfs needs mkfs.btrfs (apt-get install -y btrfs-progs)"
+    if "btrfs" not in Path("/proc/filesystems").read_text():
+        return "this kernel has no btrfs"
+    return None
+
+
+@pytest.fixture(scope="session")
+def quota_engine(docker_image: str, tmp_path_factory: pytest.TempPathFactory):
+    """A second engine on a btrfs data root: its storage driver sizes containers (a disk quota)."""
+    problem = second_engine_problem() or btrfs_problem()
+    if problem:
+        if os.environ.get("CI"):
+            pytest.fail(f"the disk-quota tests must run in CI: {problem}")
+        pytest.skip(problem)
+    engine = SecondEngine(tmp_path_factory.mktemp("quota-engine"), docker_image, btrfs_size="4G")
+    engine.start()
+    yield engine
+    engine.stop()
+    shutil.rmtree(engine.folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

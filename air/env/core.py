@@ -120,6 +120,9 @@ class MLGymCore:
             command_timeout_s=settings.command_timeout,
             cpus=settings.container_cpus,
             memory=settings.container_memory,
+            disk=settings.container_disk,
+            tmp_size=settings.container_tmp,
+            shm_size=settings.container_shm,
             run_id=settings.run_id,
             engine_wait_s=settings.engine_wait,
         )

@@ -7,10 +7,10 @@ import difflib
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from air.env.rewards import RewardSettings
-from air.sandbox.config import parse_env_gpu
+from air.sandbox.config import SIZE, parse_env_gpu
 
 
 class EnvSettingsError(ValueError):
@@ -74,6 +74,13 @@ class MLGymEnvSettings(BaseModel):
     pool_size: int = Field(default=4, ge=0, description="Warm containers kept ready per env process.")
     container_cpus: float = Field(default=2.0, gt=0, description="CPU limit per task container.")
     container_memory: str = Field(default="4g", description="Memory limit per task container (docker syntax).")
+    container_disk: str = Field(
+        default="20g",
+        description="Most bytes a task container may write, where the Docker engine's storage driver can size "
+        "containers (xfs with pquota, btrfs, zfs; elsewhere none, and the run says so once); '' for no limit.",
+    )
+    container_tmp: str = Field(default="1g", description="Size of a task container's /tmp (tmpfs, counts as memory).")
+    container_shm: str = Field(default="256m", description="Size of a task container's /dev/shm (counts as memory).")
     engine_wait: float = Field(
         default=300.0,
         ge=0,
@@ -86,6 +93,15 @@ class MLGymEnvSettings(BaseModel):
     @classmethod
     def _one_or_many(cls, value: Any) -> Any:
         return [value] if isinstance(value, str) else value
+
+    @field_validator("container_memory", "container_disk", "container_tmp", "container_shm")
+    @classmethod
+    def _size(cls, value: str, info: ValidationInfo) -> str:
+        if info.field_name == "container_disk" and value == "":
+            return value
+        if not SIZE.fullmatch(value.strip()):
+            raise ValueError(f"{info.field_name} must be a whole size like '512m' or '4g', got {value!r}")
+        return value.strip().lower()
 
     @field_validator("env_gpu", mode="before")
     @classmethod

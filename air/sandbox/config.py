@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 
 import psutil
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 LABEL = "air.managed"
 LABEL_RUN = "air.run"
@@ -15,6 +16,8 @@ LABEL_PID = "air.owner.pid"
 LABEL_STARTED = "air.owner.started"
 
 WORKSPACE = "/home/agent/workspace"
+# A size as docker and tmpfs both read it: a whole number of bytes, k, m, g or t (512m, 4g).
+SIZE = re.compile(r"[1-9][0-9]*[kmgt]?", re.IGNORECASE)
 
 
 def parse_env_gpu(env_gpu: str | None) -> list[str]:
@@ -38,6 +41,13 @@ class SandboxConfig(BaseModel):
     cpus: float = Field(default=2.0, gt=0, description="CPU limit (cores).")
     memory: str = Field(default="4g", description="Memory limit (docker syntax), swap disabled.")
     pids_limit: int = Field(default=1024, gt=16, description="Most processes in the container.")
+    disk: str = Field(
+        default="20g",
+        description="Most bytes the container may write (the engine's storage option, where its storage driver "
+        "can size a container: overlay2 on xfs with pquota, btrfs, zfs); '' for no limit.",
+    )
+    tmp_size: str = Field(default="1g", description="Size of /tmp (a tmpfs: counts against `memory`).")
+    shm_size: str = Field(default="256m", description="Size of /dev/shm (counts against `memory`).")
     network: bool = Field(default=False, description="Give the container a network (off by default).")
     env_gpu: str | None = Field(default=None, description="GPUs for the container: '7' or '6,7'.")
     ttl_s: int = Field(default=12 * 3600, gt=0, description="Dead-man switch: container lifetime.")
@@ -49,6 +59,15 @@ class SandboxConfig(BaseModel):
     )
     run_id: str = Field(default="default", description="Label naming the run that owns containers.")
     environment: dict[str, str] = Field(default_factory=dict, description="Extra environment variables.")
+
+    @field_validator("memory", "tmp_size", "shm_size", "disk")
+    @classmethod
+    def _check_size(cls, value: str, info: ValidationInfo) -> str:
+        if info.field_name == "disk" and value == "":
+            return value
+        if not SIZE.fullmatch(value.strip()):
+            raise ValueError(f"{info.field_name} must be a whole size like '512m' or '4g', got {value!r}")
+        return value.strip().lower()
 
     @field_validator("env_gpu")
     @classmethod

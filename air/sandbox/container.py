@@ -31,6 +31,7 @@ from air.sandbox.config import SandboxConfig, owner_labels, parse_env_gpu
 from air.sandbox.engine import DOCKER_ERRORS, looks_like_engine_failure, unreachable_message
 from air.sandbox.errors import SandboxDied, SandboxError, SandboxStartError, image_missing
 from air.sandbox.shell import CommandResult, Shell
+from air.sandbox.storage import driver_or_none, quota_refused_hint, storage_kwargs
 
 _client: docker.DockerClient | None = None
 
@@ -85,8 +86,9 @@ def _image_present(client: docker.DockerClient, image: str) -> bool:
     return True
 
 
-def container_kwargs(config: SandboxConfig, labels: dict[str, str]) -> dict[str, Any]:
-    """Arguments for ``containers.run``; separate so the limits are unit-testable."""
+def container_kwargs(config: SandboxConfig, labels: dict[str, str], driver: str | None = None) -> dict[str, Any]:
+    """Arguments for ``containers.run`` on an engine whose storage driver is ``driver`` (``storage``);
+    separate so the limits are unit-testable."""
     kwargs: dict[str, Any] = dict(
         image=config.resolved_image(),
         command=["sleep", str(config.ttl_s)],
@@ -106,6 +108,7 @@ def container_kwargs(config: SandboxConfig, labels: dict[str, str]) -> dict[str,
         network_mode="bridge" if config.network else "none",
         hostname="sandbox",
         environment={"HOME": "/home/agent", "PYTHONUNBUFFERED": "1", **config.environment},
+        **storage_kwargs(config, driver),
     )
     gpus = parse_env_gpu(config.env_gpu)
     if gpus:
@@ -143,7 +146,8 @@ class Sandbox:
     async def create(cls, config: SandboxConfig, client: docker.DockerClient | None = None) -> Sandbox:
         client = client or await asyncio.to_thread(docker_client)
         labels = owner_labels(config.run_id)
-        kwargs = container_kwargs(config, labels)
+        driver = await asyncio.to_thread(driver_or_none, client) if config.disk else None
+        kwargs = container_kwargs(config, labels, driver)
         try:
             container = await asyncio.to_thread(client.containers.run, **kwargs)
         except DOCKER_ERRORS as exc:
@@ -154,7 +158,7 @@ class Sandbox:
                 _image_present, client, kwargs["image"]
             ):
                 raise image_missing(kwargs["image"]) from exc
-            raise SandboxStartError(f"Cannot start a sandbox container: {exc}") from exc
+            raise SandboxStartError(f"Cannot start a sandbox container: {exc}{quota_refused_hint(exc, config)}") from exc
         _track(container.id)
         sandbox = cls(container, config)
         try:

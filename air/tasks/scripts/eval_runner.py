@@ -27,6 +27,7 @@ evaluator's, then the agent worker's output). Exit code 124 means the time limit
 from __future__ import annotations
 
 import argparse
+import errno
 import grp
 import hashlib
 import os
@@ -212,6 +213,20 @@ def main() -> int:
     parser.add_argument("--submission", help="the workspace file the evaluator scores, copied to its private copy")
     parser.add_argument("argv", nargs=argparse.REMAINDER)
     args = parser.parse_args()
+    try:
+        return run(args)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        # The agent filled the container's disk (quota, /tmp): its doing, said plainly (a failed evaluation).
+        sys.stdout.write(
+            f"\n{args.separator}\n1\nThe container's disk is full ({exc.strerror}), so the workspace could not be "
+            "copied for evaluation. Free space (large files in the workspace or /tmp) and try again.\n"
+        )
+        return 0
+
+
+def run(args: argparse.Namespace) -> int:
     evaluator_argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
     agent = pwd.getpwnam(args.agent)
     gid = grp.getgrnam(EVALUATOR_USER).gr_gid

@@ -1,0 +1,87 @@
+"""What a container may write: a disk quota where the engine can size containers, and sized /tmp, /dev/shm.
+
+The quota is the engine's own storage option (``storage_opt={"size": ...}``): the kernel answers a write
+past it with "No space left on device" inside the container, so an agent's runaway file fails there
+instead of filling the host's disk. Only some storage drivers can size a container: btrfs (its size
+counts the image's files too), zfs, and overlay2 on xfs mounted with ``pquota``. On any other, overlay2
+on ext4 being most hosts' default, the engine refuses the option, so none is passed and the run logs
+once per engine how to get one. /tmp and /dev/shm are tmpfs mounts of their own size on every engine.
+
+No sized volume stands in where the driver cannot size: the only volume an ext4 host's engine sizes is a
+tmpfs, which would charge the workspace's files (datasets, checkpoints) to the container's memory limit.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from typing import Any
+
+import docker
+
+from air.sandbox.config import SandboxConfig
+from air.sandbox.engine import DOCKER_ERRORS
+
+log = logging.getLogger(__name__)
+
+_SIZING_DRIVERS = ("btrfs", "zfs")  # size any container; overlay2 only on xfs (with pquota, which info hides)
+# client -> "overlay2 on extfs", ...: asked once per client (a new engine, or the engine back from a restart,
+# gets a new client; every unix socket's base_url is the same "http+docker://localhost").
+_drivers: weakref.WeakKeyDictionary[docker.DockerClient, str] = weakref.WeakKeyDictionary()
+
+HOW_TO_GET_ONE = (
+    "run dockerd with its data root on xfs mounted with pquota (overlay2) or on btrfs "
+    "(--storage-driver btrfs), or set the disk limit to '' to go without"
+)
+
+
+def storage_driver(client: docker.DockerClient) -> str:
+    """The engine's storage driver and, for overlay2, its backing filesystem: "overlay2 on xfs"."""
+    if client not in _drivers:
+        info = client.info()
+        driver = str(info.get("Driver", "?"))
+        backing = dict(info.get("DriverStatus") or []).get("Backing Filesystem")
+        _drivers[client] = f"{driver} on {backing}" if backing else driver
+        if not can_size(_drivers[client]):
+            log.warning(
+                "no disk quota for sandbox containers: this Docker engine's storage driver (%s) cannot size a "
+                "container; /tmp and /dev/shm are still bounded. For a quota, %s.",
+                _drivers[client],
+                HOW_TO_GET_ONE,
+            )
+    return _drivers[client]
+
+
+def can_size(driver: str) -> bool:
+    return driver.startswith(_SIZING_DRIVERS) or driver == "overlay2 on xfs"
+
+
+def storage_kwargs(config: SandboxConfig, driver: str | None) -> dict[str, Any]:
+    """The ``containers.run`` arguments that bound what the container writes, on an engine with ``driver``."""
+    options = "rw,nosuid,nodev,mode=1777"
+    kwargs: dict[str, Any] = {"tmpfs": {"/tmp": f"{options},size={config.tmp_size}"}, "shm_size": config.shm_size}
+    if config.disk and driver is not None and can_size(driver):
+        kwargs["storage_opt"] = {"size": config.disk}
+    return kwargs
+
+
+def quota_refused_hint(exc: BaseException, config: SandboxConfig) -> str:
+    """A hint for a create the engine refused over the quota ('' when that was not the reason)."""
+    text = str(exc)
+    if "qgroup" in text or "quota" in text:
+        return (
+            f" (the disk limit {config.disk!r} is below what this engine counts against it; btrfs counts the image's "
+            "files too: raise it)"
+        )
+    if "storage-opt" in text or "storage opt" in text:
+        return f" (this engine cannot size containers: {HOW_TO_GET_ONE})"
+    return ""
+
+
+def driver_or_none(client: docker.DockerClient) -> str | None:
+    """``storage_driver``, or None when the engine cannot say (the create then runs without a quota)."""
+    try:
+        return storage_driver(client)
+    except DOCKER_ERRORS as exc:
+        log.warning("cannot ask the Docker engine for its storage driver (no disk quota this time): %s", exc)
+        return None
