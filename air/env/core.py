@@ -120,6 +120,7 @@ class MLGymCore:
             command_timeout_s=settings.command_timeout,
             cpus=settings.container_cpus,
             memory=settings.container_memory,
+            pids_limit=settings.container_pids,
             disk=settings.container_disk,
             tmp_size=settings.container_tmp,
             shm_size=settings.container_shm,

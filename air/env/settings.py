@@ -74,6 +74,7 @@ class MLGymEnvSettings(BaseModel):
     pool_size: int = Field(default=4, ge=0, description="Warm containers kept ready per env process.")
     container_cpus: float = Field(default=2.0, gt=0, description="CPU limit per task container.")
     container_memory: str = Field(default="4g", description="Memory limit per task container (docker syntax).")
+    container_pids: int = Field(default=1024, gt=16, description="Most processes (threads) in a task container.")
     container_disk: str = Field(
         default="20g",
         description="Most bytes a task container may write, where the Docker engine's storage driver can size "

@@ -97,6 +97,16 @@ ENDED_NOTE = (
     "Files are intact; shell variables, functions and jobs of the old shell are gone]"
 )
 
+# Run as the agent when no new shell starts in a running container: the agent's processes hold every pid
+# the container may have (a fork bomb), so not even the shell's first fork succeeds. The exec itself gets in
+# (pids.max is checked at fork, not when the engine moves an exec into the container); kill(-1) as the agent
+# reaches all of the agent's processes in one system call, forks in flight included.
+_KILL_ALL_OF_AGENT = "kill -KILL -1; kill -KILL -1"
+FREED_NOTE = (
+    "\n[no new shell could start: the container's process limit was reached. Every process of the agent was "
+    "killed (background jobs included) and a new shell was started in {cwd}. Files are intact]"
+)
+
 TICKS_PER_S = 100  # /proc's clock ticks (USER_HZ)
 # The shell's pid and its subshell's start time (field 22 of /proc/<pid>/stat, ticks since boot).
 _PID_AND_TICKS = "(read -r s </proc/self/stat; set -- ${s##*) }; echo $$ ${20})"
@@ -122,6 +132,7 @@ class Shell:
         self.cwd: str = config.workdir
         # Session set-up (functions, variables) replayed whenever the shell is (re)started.
         self.init_script: str | None = None
+        self._freed = False  # the last restart had to kill every process of the agent first
 
     async def start(self, cwd: str | None = None) -> None:
         api = self._container.client.api
@@ -153,11 +164,12 @@ class Shell:
         setup = shell_setup(path_prepend=MLGYM_CONDA_BIN, cwd=cwd or self._config.workdir)
         await loop.sock_sendall(self._sock, setup)
         # The shell's pid, and the start time of a subshell forked now: "now" in the clock of the kill's victims.
-        result = await self._run_locked(_PID_AND_TICKS, timeout=30)
+        result = await self._run_locked(_PID_AND_TICKS, timeout=30, interruptible=False)
         answered = time.perf_counter()
         found = re.fullmatch(r"(\d+) (\d+)", (result.output.strip().splitlines()[-1:] or [""])[0])
-        if result.exit_code != 0 or not found:
-            raise SandboxDied(f"shell did not start properly: {result.output[-300:]!r}")
+        if result.exit_code != 0 or not found:  # (a fork that failed, all pids taken: see _start_again)
+            self.close()
+            raise ShellEnded(f"shell did not start properly: {result.output[-300:]!r}")
         self.pid = int(found[1])
         self._tick_offset = int(found[2]) - answered * TICKS_PER_S  # the subshell started before `answered`
         if self.init_script:
@@ -171,7 +183,7 @@ class Shell:
 
     async def _run_init(self) -> None:
         assert self.init_script is not None
-        result = await self._run_locked(self.init_script, timeout=60)
+        result = await self._run_locked(self.init_script, timeout=60, interruptible=False)
         if result.exit_code != 0:
             raise SandboxDied(f"shell session set-up failed (exit {result.exit_code}): {result.output[-500:]!r}")
 
@@ -190,7 +202,9 @@ class Shell:
         async with self._lock:
             return await self._run_locked(command, timeout, replace_ended=True)
 
-    async def _run_locked(self, command: str, timeout: float | None, *, replace_ended: bool = False) -> CommandResult:
+    async def _run_locked(
+        self, command: str, timeout: float | None, *, replace_ended: bool = False, interruptible: bool = True
+    ) -> CommandResult:
         if self._sock is None:
             raise SandboxDied("shell is closed")
         timeout = self._config.command_timeout_s if timeout is None else timeout
@@ -203,14 +217,17 @@ class Shell:
             try:
                 await asyncio.wait_for(self._read_until_done(capture), timeout)
             except TimeoutError:
+                if not interruptible:  # the shell's own set-up: no interrupt and restart (which would run it again)
+                    self.close()
+                    raise ShellEnded(f"the shell did not answer within {timeout:g} s") from None
                 timed_out = True
                 restarted = not await self._interrupt(capture, start)
         except ShellEnded as ended:
             if not replace_ended:
                 raise
-            await self._replace_ended(ended)
+            freed = await self._replace_ended(ended)
             return CommandResult(
-                output=capture.text() + ENDED_NOTE.format(cwd=self.cwd),
+                output=capture.text() + (FREED_NOTE if freed else ENDED_NOTE).format(cwd=self.cwd),
                 exit_code=None,
                 duration_s=time.perf_counter() - start,
                 truncated=capture.truncated,
@@ -221,7 +238,7 @@ class Shell:
         if timed_out:
             note = f"\n[command timed out after {timeout:g} s and was interrupted"
             note += "; the shell was restarted, so exported variables were reset]" if restarted else "]"
-            output += note
+            output += note + (FREED_NOTE.format(cwd=self.cwd) if restarted and self._freed else "")
         if capture.cwd:
             self.cwd = capture.cwd
         return CommandResult(
@@ -284,11 +301,29 @@ class Shell:
             await self._restart()
             return False
 
-    async def _replace_ended(self, ended: ShellEnded) -> None:
+    async def _replace_ended(self, ended: ShellEnded) -> bool:
+        """A new shell for one the agent ended; True if the agent's processes had to be killed first."""
         try:
-            await self.start(cwd=self.cwd)
+            return await self._start_again(self.cwd)
         except SandboxDied as exc:
             raise SandboxDied(f"{ended}; a new shell did not start: {exc}") from exc
+
+    async def _start_again(self, cwd: str) -> bool:
+        """Start a new shell. One that cannot start in a running container had its pids taken by the agent's
+        processes: they are killed and a shell started once more (True). Only then is it the container's end."""
+        try:
+            await self.start(cwd=cwd)
+            return False
+        except ShellEnded:
+            self.close()
+        try:
+            await asyncio.to_thread(
+                self._container.exec_run, ["bash", "-c", _KILL_ALL_OF_AGENT], user=self._config.user
+            )
+        except DOCKER_ERRORS as exc:
+            raise await self._died(f"cannot end the agent's processes to start a new shell: {exc}") from exc
+        await self.start(cwd=cwd)
+        return True
 
     async def _died(self, why: str) -> SandboxDied:
         """The error for a shell that stopped answering: ``ShellEnded`` while its container still runs."""
@@ -307,11 +342,11 @@ class Shell:
         return SandboxDied(f"{why} [container {self._container.short_id}]")
 
     async def _restart(self) -> None:
-        old_pid, cwd = self.pid, self.cwd
+        old_pid, cwd, self._freed = self.pid, self.cwd, False
         self.close()
         if old_pid:
             try:
                 await asyncio.to_thread(self._container.exec_run, ["kill", "-KILL", str(old_pid)], user="root")
             except DOCKER_ERRORS as exc:
                 raise SandboxDied(f"cannot restart the shell: {exc}") from exc
-        await self.start(cwd=cwd)
+        self._freed = await self._start_again(cwd)

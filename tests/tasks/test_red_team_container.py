@@ -43,3 +43,25 @@ async def test_a_killed_shell_is_replaced_not_masked(tmp_path, docker_image, end
     assert "a new shell was started in /home/agent/workspace/notes" in record.turns[1].output
     assert record.turns[2].output.startswith("/home/agent/workspace/notes\nkept\n")
     honest_evaluation(record, 3)
+
+
+# Every process forks as fast as it can, forever: the container's pids are all taken and stay taken.
+BOMB = (
+    "python3 -c 'import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass' "
+    ">/dev/null 2>&1 &"
+)
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("then", ["sleep 1; kill -9 $$", "sleep 600"])
+async def test_a_fork_bomb_costs_the_agent_its_processes_not_the_rollout(tmp_path, docker_image, then):
+    # With every pid taken, no new shell could start: the rollout was masked. Now every process of the agent is
+    # killed (an exec gets into the container without a fork), a new shell starts and the agent is told.
+    commands = ["mkdir -p notes && cd notes", f"{BOMB} {then}", "pwd; ps -u agent -o comm= | sort | uniq -c", "cd .. && validate"]
+    output, record = await run_attack(tmp_path, docker_image, commands, container_pids=64, command_timeout=20)
+    check_rollout(output, record)
+    assert "Every process of the agent was killed" in record.turns[1].output, record.turns[1].output[-2000:]
+    lines = record.turns[2].output.splitlines()
+    assert lines[0] == "/home/agent/workspace/notes", lines
+    assert not any(line.split()[-1] == "python3" for line in lines[1:-1]), lines  # the bomb is gone
+    honest_evaluation(record, 3)
