@@ -218,12 +218,15 @@ class Sandbox:
     async def put_archive(
         self, dest_dir: str, data: bytes, owner: str | None = None, top: tuple[str, ...] | list[str] = ()
     ) -> None:
-        """Unpack a tar archive into ``dest_dir``; ``owner`` gets the top-level entries ``top``."""
-        code, out = await self.exec_root(["mkdir", "-p", dest_dir])
-        if code != 0:
-            raise SandboxError(f"cannot create {dest_dir} in the sandbox: {out.strip()}")
+        """Unpack a tar archive into ``dest_dir`` (created if missing); ``owner`` gets the top-level entries ``top``."""
         try:
-            ok = await asyncio.to_thread(self.container.put_archive, dest_dir, data)
+            try:
+                ok = await asyncio.to_thread(self.container.put_archive, dest_dir, data)
+            except docker.errors.NotFound:  # no such folder (the container is there): one exec to make it
+                code, out = await self.exec_root(["mkdir", "-p", dest_dir])
+                if code != 0:
+                    raise SandboxError(f"cannot create {dest_dir} in the sandbox: {out.strip()}") from None
+                ok = await asyncio.to_thread(self.container.put_archive, dest_dir, data)
         except DOCKER_ERRORS as exc:
             raise SandboxDied(f"copy into container {self.container.short_id} failed: {exc}") from exc
         if not ok:

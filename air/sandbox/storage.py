@@ -14,6 +14,7 @@ tmpfs, which would charge the workspace's files (datasets, checkpoints) to the c
 from __future__ import annotations
 
 import logging
+import threading
 import weakref
 from typing import Any
 
@@ -28,6 +29,7 @@ _SIZING_DRIVERS = ("btrfs", "zfs")  # size any container; overlay2 only on xfs (
 # client -> "overlay2 on extfs", ...: asked once per client (a new engine, or the engine back from a restart,
 # gets a new client; every unix socket's base_url is the same "http+docker://localhost").
 _drivers: weakref.WeakKeyDictionary[docker.DockerClient, str] = weakref.WeakKeyDictionary()
+_asking = threading.Lock()  # the pool starts many containers at once: one question, one warning
 
 HOW_TO_GET_ONE = (
     "run dockerd with its data root on xfs mounted with pquota (overlay2) or on btrfs "
@@ -37,6 +39,11 @@ HOW_TO_GET_ONE = (
 
 def storage_driver(client: docker.DockerClient) -> str:
     """The engine's storage driver and, for overlay2, its backing filesystem: "overlay2 on xfs"."""
+    with _asking:
+        return _driver_of(client)
+
+
+def _driver_of(client: docker.DockerClient) -> str:
     if client not in _drivers:
         info = client.info()
         driver = str(info.get("Driver", "?"))

@@ -13,7 +13,7 @@ import secrets
 import tarfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from air.sandbox.config import WORKSPACE
@@ -94,10 +94,7 @@ class TaskWorkspace:
         missing = [rel for rel in protected if rel not in files]
         if missing:
             raise TaskError(f"Task {task.name}: protected files {missing} are not among its files ({task.config_path})")
-        _, out = await self.sandbox.exec_root(
-            ["bash", "-c", f"[ -x {MLGYM_CONDA_BIN}/python ] && echo {MLGYM_CONDA_BIN} || true"]
-        )
-        conda_bin = out.strip()
+        conda_bin = await self._conda_bin()
         self.python = f"{conda_bin}/python" if conda_bin else "python3"
         path = ":".join(filter(None, [conda_bin, "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]))
         lists = {
@@ -114,12 +111,23 @@ class TaskWorkspace:
         if key not in task._archives:  # built once per task (files can be MBs), off the event loop
             task._archives[key] = await asyncio.to_thread(_stage_archive, files, secrets_, protected, lists)
         archive = task._archives[key]
-        await self.sandbox.put_archive(AIR_DIR, archive)
+        # Into /opt (there in any image; /opt/air is not): no exec to make the folder first.
+        await self.sandbox.put_archive(str(PurePosixPath(AIR_DIR).parent), archive)
         code, out = await self.sandbox.exec_root(
             ["bash", f"{AIR_DIR}/bin/setup_workspace.sh", self.sandbox.config.user], timeout=300
         )
         if code != 0:
             raise TaskError(f"Laying out task {task.name} in the sandbox failed: {out.strip()[-2000:]}")
+
+    async def _conda_bin(self) -> str:
+        """MLGym's conda env if the image has one, else ''; asked once per image (an exec per rollout saved)."""
+        image = self.sandbox.container.attrs.get("Image", "")  # its id, as the engine reported it at create
+        if image not in _CONDA_BIN_OF_IMAGE:
+            _, out = await self.sandbox.exec_root(
+                ["bash", "-c", f"[ -x {MLGYM_CONDA_BIN}/python ] && echo {MLGYM_CONDA_BIN} || true"]
+            )
+            _CONDA_BIN_OF_IMAGE[image] = out.strip()
+        return _CONDA_BIN_OF_IMAGE[image]
 
     def evaluation_command(self) -> tuple[str, str, list[str]]:
         """(submission kind, runner mode, evaluator argv) for this task's entrypoint; ``{submission}`` is
@@ -249,6 +257,8 @@ def suspicion(task: Task, metrics: dict[str, Any], score: float | None, agent_co
 
 # Where the agent's code runs during evaluation: "python", behind a process boundary (eval_runner.py);
 # "plain", nowhere (CSV files are read as data); "model", inside the evaluator (MLGym's scripts load it).
+_CONDA_BIN_OF_IMAGE: dict[str, str] = {}  # image id -> MLGym's conda bin folder in it, or ''
+
 _RUNNER_MODES = {
     "PythonSubmissionTasks": "python",
     "CSVSubmissionTasks": "plain",
@@ -266,11 +276,13 @@ _SUBMISSIONS: dict[str, tuple[str, list[str]]] = {
 def _stage_archive(
     files: dict[str, Path], secret: set[str], protected: list[str], lists: dict[str, list[str]]
 ) -> bytes:
-    """One tar for /opt/air: our scripts, the workspace files (secrets held back), pristine copies."""
+    """One tar for /opt/air: our scripts, the workspace files (secrets held back), pristine copies (each entry
+    under ``air/``, the archive being unpacked in /opt)."""
     buf = io.BytesIO()
+    top = PurePosixPath(AIR_DIR).name
 
     def add(name: str, data: bytes | None = None, path: Path | None = None, mode: int = 0o644) -> None:
-        info = tarfile.TarInfo(name)
+        info = tarfile.TarInfo(f"{top}/{name}")
         raw = data if data is not None else path.read_bytes()  # type: ignore[union-attr]
         info.size, info.mode, info.mtime = len(raw), mode, int(time.time())
         tar.addfile(info, io.BytesIO(raw))

@@ -184,6 +184,8 @@ async def test_files_copy_in_and_out(sandbox: Sandbox, tmp_path) -> None:
     assert (back / "sub" / "b.bin").read_bytes() == bytes(range(256))
     await sandbox.write_file("/home/agent/workspace/note.txt", "written\n", owner="agent")
     assert await sandbox.read_file("/home/agent/workspace/note.txt") == b"written\n"
+    await sandbox.write_file("/home/agent/new/deeper/made.txt", "made\n")  # missing folders are made
+    assert await sandbox.read_file("/home/agent/new/deeper/made.txt") == b"made\n"
     with pytest.raises(FileNotFoundError):
         await sandbox.read_file("/nope/nothing")
 
