@@ -139,6 +139,30 @@ def test_seeds_the_evaluator_sets_reach_the_agents_generators(agent):
     assert strategy["draw"]([]) == first == random.Random(7).random()
 
 
+@pytest.mark.parametrize("where", ["at import", "inside the call"])
+def test_numpy_seeds_reach_the_agents_numpy_whenever_it_imports_it(agent, where):
+    # The worker seeds numpy when the agent's code imports it (not before: importing it costs ~0.16 s of CPU
+    # per evaluation), so an import inside the strategy draws what it would draw in MLGym's evaluator.
+    np = pytest.importorskip("numpy")
+    early = "import numpy" if where == "at import" else ""
+    late = "import numpy" if where == "inside the call" else ""
+    strategy = agent(
+        f"""
+        {early}
+        def draw(history):
+            {late}
+            return [float(numpy.random.random()), "numpy" in __import__("sys").modules]
+        """
+    )
+    np.random.seed(11)
+    first, imported = strategy["draw"]([])
+    np.random.seed(11)
+    assert strategy["draw"]([])[0] == first == np.random.RandomState(11).random_sample()
+    assert imported
+    np.random.seed(12)
+    assert strategy["draw"]([])[0] == np.random.RandomState(12).random_sample()
+
+
 @pytest.mark.parametrize(
     "body, expected",
     [
