@@ -270,3 +270,20 @@ def write_mlgym_like_tools(root: Path) -> Path:
         },
     )
     return root
+
+
+def write_own_task(root: Path, name: str, entrypoint: str, files: dict[str, str], config: str) -> Path:
+    """A task of ``entrypoint`` in an MLGym-like root at ``root`` (made if missing): ``files`` under
+    data/<name>/, their top-level entries its starter code in the order given, evaluate.py its evaluation
+    script, ``config`` further YAML lines. Returns the root."""
+    if not (root / "configs" / "tasks").is_dir():
+        write_mlgym_like_root(root)
+    for rel, text in files.items():
+        (root / "data" / name / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / "data" / name / rel).write_text(text)
+    starter = ", ".join(dict.fromkeys(f"data/{name}/{rel.split('/')[0]}" for rel in files))
+    (root / "configs" / "tasks" / f"{name}.yaml").write_text(
+        f"id: {name}\nname: {name}\ndescription: d\ntask_entrypoint: {entrypoint}\ntraining_timeout: 60\n"
+        f"starter_code: [{starter}]\nevaluation_paths: [evaluate.py]\n{config}"
+    )
+    return root

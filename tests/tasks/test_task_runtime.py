@@ -8,24 +8,14 @@ import pytest
 from air.sandbox.container import Sandbox
 from air.tasks.loader import Task, list_tasks, load_task
 from air.tasks.workspace import REJECTED, TaskWorkspace
-from tests.mlgym_like import write_mlgym_like_root
+from tests.mlgym_like import write_mlgym_like_root, write_own_task
 
 pytestmark = pytest.mark.docker
 
 
 def _own_task(tmp_path, name: str, entrypoint: str, files: dict[str, str], config: str) -> Task:
-    """A task of ``entrypoint`` in an MLGym-like root: ``files`` under data/<name>/, their top-level entries
-    its starter code in the order given, evaluate.py its evaluation script, ``config`` further YAML lines."""
-    root = write_mlgym_like_root(tmp_path / "MLGym")
-    for rel, text in files.items():
-        (root / "data" / name / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / "data" / name / rel).write_text(text)
-    starter = ", ".join(dict.fromkeys(f"data/{name}/{rel.split('/')[0]}" for rel in files))
-    (root / "configs" / "tasks" / f"{name}.yaml").write_text(
-        f"id: {name}\nname: {name}\ndescription: d\ntask_entrypoint: {entrypoint}\ntraining_timeout: 60\n"
-        f"starter_code: [{starter}]\nevaluation_paths: [evaluate.py]\n{config}"
-    )
-    return load_task(name, root)
+    """A task of ``entrypoint`` in an MLGym-like root (tests/mlgym_like.write_own_task)."""
+    return load_task(name, write_own_task(tmp_path / "MLGym", name, entrypoint, files, config))
 
 
 async def _workspace(task: Task, sandbox: Sandbox) -> TaskWorkspace:
