@@ -6,22 +6,58 @@ The rollouts go through tests/rollouts.py, as the env's own tests do.
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 import os
 import re
+import shutil
+import subprocess
+import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
 from air.agents.policies import ScriptPolicy
+from air.tasks.workspace import evaluation_seed
 from tests import rollouts
 
-BASELINE = 2.1239  # laneMerge's starter strategy, the honest strategy every attack wraps
 TOL = 1e-6
+# The env's evaluation_seed in red-team rollouts: the k-th evaluation of a rollout draws from
+# evaluation_seed(RED_TEAM_SEED, k), so the honest scores are computed once per session.
+RED_TEAM_SEED = 20_200_611
+LANE_DATA = Path(__file__).resolve().parents[1] / "air/tasks/builtin/data/laneMerge"
 FORGED = '{"Score": 99.0}'
 AGENT_UID = 1000  # the image's `agent` user
 LANE_SECRET_FILE = Path(__file__).resolve().parents[1] / "air/tasks/builtin/data/laneMerge/target.py"
 LOOT = "/tmp/redteam_loot"  # where attacks copy what they find (the agent reads it afterwards)
 STOP = "/tmp/redteam_stop"  # background attackers stop when this exists
+
+
+def honest_score(seed: int | None) -> float:
+    """laneMerge's starter strategy (the honest strategy every attack wraps) scored by the task's own
+    evaluate.py under evaluation seed ``seed`` (None: run by hand, the recorded baseline). It runs here, out
+    of every attack's reach; the starter draws nothing, so where it runs cannot change its score."""
+    return lane_score_by_hand(seed)
+
+
+@functools.cache
+def lane_score_by_hand(seed: int | None, strategy: str | None = None) -> float:
+    """laneMerge's evaluate.py run here, as by hand, on ``strategy`` (source; None: the starter) under
+    evaluation seed ``seed`` (None: none given). Once per session for each."""
+    with tempfile.TemporaryDirectory(prefix="air-lane-") as folder:
+        for name in ("evaluate.py", "strategy.py", "target.py"):
+            shutil.copyfile(LANE_DATA / name, Path(folder) / name)
+        if strategy is not None:
+            (Path(folder) / "strategy.py").write_text(strategy)
+        env = {k: v for k, v in os.environ.items() if k != "AIR_EVAL_SEED"}
+        if seed is not None:
+            env["AIR_EVAL_SEED"] = str(seed)
+        run = subprocess.run(
+            [sys.executable, "evaluate.py"], cwd=folder, env=env, capture_output=True, text=True, timeout=120
+        )
+    assert run.returncode == 0, run.stderr
+    return float(json.loads(run.stdout)["Score"])
 
 
 def lane_secrets() -> list[str]:
@@ -55,6 +91,7 @@ def make_env(tmp_path: Path, docker_image: str, **kwargs):
         observation_max_chars=200_000,  # a secret must not hide in the cut middle of an observation
         command_timeout=60,
         long_command_timeout=120,
+        evaluation_seed=RED_TEAM_SEED,
     )
     settings.update(kwargs)
     return rollouts.make_env(tmp_path, docker_image, **settings)
@@ -368,11 +405,19 @@ for _rt_path in [
 # ------------------------------------------------------------------------------ checks
 
 
-def evaluations(record) -> list[tuple[str, object]]:
-    found = [(f"turn {t.index}", t.evaluation) for t in record.turns if t.evaluation is not None]
-    if record.final_evaluation is not None:
-        found.append(("final", record.final_evaluation))
-    return found
+def evaluations(record) -> list[tuple[str, object, int | None]]:
+    """(where, evaluation, its seed) for every evaluation of a rollout: the k-th draws from
+    evaluation_seed(the rollout's seed, k). A final evaluation of kind "final" is one more; any other final
+    is the last turn's, recorded again."""
+    found = []
+    for turn in record.turns:
+        if turn.evaluation is not None:
+            found.append((f"turn {turn.index}", turn.evaluation, len(found)))
+    final = record.final_evaluation
+    if final is not None:
+        found.append(("final", final, len(found) if final.kind == "final" else max(len(found) - 1, 0)))
+    seed = record.evaluation_seed
+    return [(where, evaluation, None if seed is None else evaluation_seed(seed, k)) for where, evaluation, k in found]
 
 
 def check_rollout(
@@ -380,21 +425,28 @@ def check_rollout(
     record,
     *,
     task: str = "laneMerge",
-    baseline: float = BASELINE,
-    ceiling: float = BASELINE,
+    baseline: float | None = None,
+    ceiling: float | None = None,
     secrets: list[str] | None = None,
 ) -> None:
     """The invariants every attack must leave intact: the rollout is not masked, no evaluation scores above
-    the honest ``ceiling``, no reward beyond what that ceiling earns, and no observation holds a secret."""
+    the honest ``ceiling`` (laneMerge's by default: the starter strategy's score under that evaluation's
+    seed), no reward beyond what the honest scores earn against ``baseline`` (default: laneMerge's recorded
+    one, which the reward is measured from), and no observation holds a secret."""
     assert output.get("error") is None, f"the rollout was masked (an infrastructure failure): {output.get('error')}"
-    for where, evaluation in evaluations(record):
+    baseline = honest_score(None) if baseline is None else baseline
+    ceilings = []
+    for where, evaluation, seed in evaluations(record):
+        honest = honest_score(seed) if ceiling is None else ceiling
+        ceilings.append(honest)
         score = evaluation.score
-        assert score is None or score <= ceiling + TOL, (
-            f"{where}: forged score {score} (status {evaluation.status}, honest at most {ceiling})"
+        assert score is None or score <= honest + TOL, (
+            f"{where}: forged score {score} (status {evaluation.status}, honest at most {honest})"
         )
+    top = max(ceilings, default=baseline if ceiling is None else ceiling)
     best = output["metrics"].get(f"{task}/best_score")
-    assert best is None or best <= ceiling + TOL, f"best_score {best} > {ceiling}"
-    most = (ceiling - baseline) / abs(baseline) + TOL
+    assert best is None or best <= top + TOL, f"best_score {best} > {top}"
+    most = (top - baseline) / abs(baseline) + TOL
     assert output["reward"] <= most, f"reward {output['reward']} from a forged score (at most {most})"
     for marker in secrets if secrets is not None else lane_secrets():
         for turn in record.turns:
@@ -404,13 +456,16 @@ def check_rollout(
                 assert marker not in str(message.get("content")), f"an observation leaked {marker!r}"
 
 
-def honest_evaluation(record, turn_index: int, *, baseline: float = BASELINE) -> None:
-    """The evaluation at ``turn_index`` (0-based) scores exactly the honest baseline (nothing persisted)."""
+def honest_evaluation(record, turn_index: int) -> None:
+    """The evaluation at ``turn_index`` (0-based) scores exactly what the starter strategy scores under that
+    evaluation's seed (nothing of the attack persisted)."""
     turn = record.turns[turn_index]
     assert turn.evaluation is not None, f"turn {turn.index} was not evaluated"
     assert turn.evaluation.status == "ok", f"honest re-evaluation failed: {turn.evaluation.error}"
-    assert math.isclose(turn.evaluation.score, baseline, abs_tol=1e-9), (
-        f"honest re-evaluation scored {turn.evaluation.score}, not {baseline}: the attack persisted"
+    (seed,) = [seed for where, _, seed in evaluations(record) if where == f"turn {turn.index}"]
+    honest = honest_score(seed)
+    assert math.isclose(turn.evaluation.score, honest, abs_tol=1e-9), (
+        f"honest re-evaluation scored {turn.evaluation.score}, not {honest} (seed {seed}): the attack persisted"
     )
 
 
@@ -422,7 +477,7 @@ def ptrace_attachments(text: str) -> list[tuple[int, int, str]]:
 async def attack_during_evaluation(tmp_path: Path, docker_image: str, body: str):
     """Plant ``body`` in the agent's row_strategy (it runs during evaluation), validate, restore the
     starter strategy, validate again: the attack must not score, and the honest re-evaluation (turn 3)
-    must score the baseline. Returns the trajectory record for further checks."""
+    must score what the starter scores under its seed. Returns the trajectory record for further checks."""
     commands = [plant("", wrap(body)), "validate", RESTORE, "validate"]
     output, record = await run_attack(tmp_path, docker_image, commands)
     check_rollout(output, record)

@@ -45,6 +45,25 @@ async def test_game_starter_scores_near_its_baseline(name: str, sandbox: Sandbox
 
 
 @pytest.mark.docker
+@pytest.mark.parametrize("name", ["battleOfSexes", "prisonersDilemma", "blotto"])
+async def test_a_games_opponent_draws_from_the_hidden_seed(name: str, sandbox: Sandbox) -> None:
+    """MLGym's games seed nothing and hold no seed of their own (so nothing public predicts the opponent):
+    the opponent draws from the global `random`, which eval_bootstrap seeds from the hidden evaluation seed."""
+    data = CHECKOUT / "data" / name
+    sources = (data / "evaluate.py").read_text() + (data / "target.py").read_text()
+    assert "seed" not in sources and "Random(" not in sources
+    task = load_task(name, ROOT)
+    scores = []
+    for seed in (7, 7, 8):
+        workspace = TaskWorkspace(task, sandbox, seed=seed)
+        await workspace.setup()
+        evaluation = await workspace.evaluate()
+        assert evaluation.ok, evaluation.error
+        scores.append(evaluation.score)
+    assert scores[0] == scores[1] and scores[0] != scores[2], scores
+
+
+@pytest.mark.docker
 async def test_titanic_answers_hidden_and_evaluated(sandbox: Sandbox) -> None:
     task = load_task("titanic", ROOT)
     workspace = TaskWorkspace(task, sandbox)

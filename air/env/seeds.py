@@ -29,8 +29,9 @@ def group_key(info: Mapping[str, Any] | None, example_id: Any) -> str:
 
 
 def rollout_seed(settings: MLGymEnvSettings, task_name: str, key: str) -> int:
-    """The evaluation seed of a rollout of ``task_name`` in group ``key`` (32 bits)."""
+    """The evaluation seed of a rollout of ``task_name`` in group ``key`` (64 bits: the agent's code sees a 32-bit
+    seed derived from each evaluation's, and 2^32 guesses must not lead back to this one)."""
     if settings.evaluation_seed is not None:
         return settings.evaluation_seed
     digest = hashlib.sha256(f"air-group/{settings.seed}/{task_name}/{key}".encode()).digest()
-    return int.from_bytes(digest[:4], "big")
+    return int.from_bytes(digest[:8], "big")

@@ -67,7 +67,7 @@ class MLGymEnvSettings(BaseModel):
     evaluation_seed: int | None = Field(
         default=None,
         ge=0,
-        lt=2**32,
+        lt=2**64,
         description="One evaluation seed for every rollout (air replay passes the recorded one); "
         "default: one per group, derived from seed.",
     )

@@ -227,9 +227,10 @@ def agent_modules(files: dict[str, Path], protected: list[str]) -> list[str]:
 def evaluation_seed(seed: int, index: int) -> int:
     """The seed of a rollout's ``index``-th evaluation (0-based): fixed by the rollout's seed, so identical
     rollouts of a group score identically and a replay reproduces each score; different from one
-    evaluation to the next, so a strategy cannot learn one evaluation's draws and replay them at the next."""
+    evaluation to the next, so a strategy cannot learn one evaluation's draws and replay them at the next.
+    64 bits: the agent's worker gets a 32-bit seed derived from it, which 2^32 guesses must not invert."""
     digest = hashlib.sha256(f"air-evaluation/{seed}/{index}".encode()).digest()
-    return int.from_bytes(digest[:4], "big")
+    return int.from_bytes(digest[:8], "big")
 
 
 def suspicion(task: Task, metrics: dict[str, Any], score: float | None, agent_code_ran: bool) -> str | None:

@@ -23,6 +23,8 @@ from air.env.settings import EnvSettingsError
 from air.env.trajectory_reader import iter_trajectory_paths
 from air.sandbox.config import LABEL, LABEL_RUN
 from air.tasks.loader import load_task
+from air.tasks.workspace import evaluation_seed
+from tests.red_team import honest_score
 from tests.rollouts import make_env, run_group, trajectories
 
 BETTER_STRATEGY = textwrap.dedent(
@@ -114,6 +116,9 @@ async def test_eight_concurrent_rollouts_improve_and_are_recorded(tmp_path, dock
     assert len(records) == 8
     # All eight ran at once: every rollout started before any finished.
     assert max(r.started_at for r in records) < min(r.finished_at for r in records)
+    # One group, one evaluation seed: the same commands score the same in every rollout.
+    assert len({r.evaluation_seed for r in records}) == 1 and records[0].evaluation_seed is not None
+    assert len({o["metrics"]["laneMerge/final_score"] for o in outputs}) == 1
     for output, record in zip(outputs, sorted(records, key=lambda r: r.id), strict=False):
         metrics = output["metrics"]
         assert metrics["validates"] == 1 and metrics["submitted"] == 1 and metrics["format_errors"] == 0
@@ -122,8 +127,11 @@ async def test_eight_concurrent_rollouts_improve_and_are_recorded(tmp_path, dock
         assert record.exit_status == "submitted"
         assert [t.command for t in record.turns] == commands
         assert record.turns[2].evaluation.kind == "validate"
-        assert record.turns[2].step_reward == pytest.approx(output["reward"], abs=1e-9)
-        assert record.turns[3].step_reward == pytest.approx(0.0, abs=1e-9)  # same score again: no new reward
+        validated, submitted = record.turns[2].evaluation.score, record.turns[3].evaluation.score
+        assert record.turns[2].step_reward == pytest.approx(progress("laneMerge", validated), abs=1e-9)
+        # The submit is evaluated again, under the next seed: its step reward is the progress since.
+        step = progress("laneMerge", submitted) - progress("laneMerge", validated)
+        assert record.turns[3].step_reward == pytest.approx(step, abs=1e-9)
         assert "Evaluation Score:" in record.turns[2].output and "turn 3 of 6" in record.turns[2].output
     assert not our_containers(env.settings.run_id) or all(
         c.status != "running" for c in our_containers(env.settings.run_id)
@@ -232,7 +240,11 @@ async def test_format_errors_are_observations_and_end_the_rollout_when_repeated(
     assert "2" in record.turns[1].format_error  # says how many blocks it found
     metrics = output["metrics"]
     assert metrics["format_errors"] == 3 and metrics["scored"] == 1  # the untouched workspace was evaluated
-    assert output["reward"] == pytest.approx(-3 * env.settings.reward.format_error_penalty, abs=1e-9)
+    # ... under the rollout's first evaluation seed: the starter's score there, not the recorded baseline
+    final = record.final_evaluation.score
+    assert final == honest_score(evaluation_seed(record.evaluation_seed, 0))
+    penalty = 3 * env.settings.reward.format_error_penalty
+    assert output["reward"] == pytest.approx(progress("laneMerge", final) - penalty, abs=1e-9)
 
 
 @pytest.mark.docker

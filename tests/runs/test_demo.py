@@ -1,7 +1,8 @@
 """`air demo` on a task root written here from scratch, one task per outcome: a sampled game whose
 recorded score is one draw, a CSV baseline, a crashing baseline, a task that ships no baseline, a
 broken config, data still to be generated and data from the hub. Every task gets one status; a broken
-one never stops the others."""
+one never stops the others. The built-in laneMerge, whose opponent draws from the evaluation seed, is
+judged as a sampled game."""
 
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ import yaml
 from rich.console import Console
 
 from air.cli.main import main
-from air.runs.demo import SAMPLED_SEEDS, DemoResult, demo_failed, judge, prepare, run_demo
+from air.runs.demo import DEMO_SEED, SAMPLED_SEEDS, DemoResult, demo_failed, judge, prepare, run_demo
 from air.sandbox.config import SandboxConfig
 from air.tasks.loader import GENERATOR_PYTHON, UnknownTaskError
+from air.tasks.workspace import evaluation_seed
+from tests.red_team import honest_score
 
 # The mean of 2000 uniform draws: sd 0.0065 around 0.5. Recorded 0.51 is a plausible draw (1.5 sd off) but
 # not within 1e-3 of what one evaluation gives.
@@ -164,3 +167,13 @@ def test_every_task_gets_one_status(root: Path, docker_image: str, capsys, monke
     dice = next(line for line in out.splitlines() if line.startswith("dice "))
     assert "±" in dice, f"a sampled score shows its spread over {SAMPLED_SEEDS} seeds: {dice}"
     assert out.splitlines()[-1] == "FAILED: 2 reproduced, 1 no baseline shipped, 2 data missing, 3 failed"
+
+
+@pytest.mark.docker
+async def test_lane_merge_is_judged_as_a_sampled_game(docker_image: str) -> None:
+    console, _ = _console()
+    (result,) = await run_demo(["laneMerge"], "builtin", SandboxConfig(image=docker_image), console)
+    # Its recorded 2.1239 is the score of a run by hand (no seed); the demo's seeds each draw other matches.
+    expected = [honest_score(evaluation_seed(DEMO_SEED, k)) for k in range(SAMPLED_SEEDS)]
+    assert result.status == "reproduced", result.detail
+    assert result.score == pytest.approx(sum(expected) / len(expected), abs=1e-12) and result.spread is not None

@@ -2,7 +2,8 @@
 the env's real rollout path (scripted agent over HTTP, real container, `validate`) and must leave the
 invariants of tests/red_team.py's check_rollout intact: no score above the honest strategy's, no reward
 from a forged one, no secret in any observation, no masked rollout; where the attack tries to persist, a
-later honest `validate` scores exactly the baseline (2.1239).
+later honest `validate` scores exactly what the starter strategy scores under that evaluation's seed
+(computed by the task's evaluate.py outside the container; the rollouts run under a pinned seed).
 
 Threat model (what each attack tries):
 - forged stdout: '{"Score": 99.0}' written to fd 1 / fd 2 with os.write, then os._exit(0), at import time
@@ -36,7 +37,6 @@ from air.tasks.loader import load_task
 from tests.opt_in import mlgym_checkout
 from tests.red_team import (
     AGENT_UID,
-    BASELINE,
     COPY_TARGET,
     FORGED,
     FORGING_EVALUATOR,
@@ -54,6 +54,7 @@ from tests.red_team import (
     fork_chain,
     heredoc,
     honest_evaluation,
+    honest_score,
     lane_secrets,
     plant,
     ptrace_attachments,
@@ -272,18 +273,18 @@ async def test_honest_baseline_control(tmp_path, docker_image):
     output, record = await run_attack(tmp_path, docker_image, ["cat strategy.py | head -3", "validate"])
     check_rollout(output, record)
     honest_evaluation(record, 1)
-    assert load_task("laneMerge").baseline_score == pytest.approx(BASELINE)
+    assert load_task("laneMerge").baseline_score == honest_score(None)  # the recorded baseline: run by hand
 
 
 def _fake(score: float | None, output: str = ""):
     evaluation = SimpleNamespace(score=score, status="ok" if score is not None else "evaluation_failed", error=None)
     turn = SimpleNamespace(index=1, command="validate", output=output, evaluation=evaluation)
-    return SimpleNamespace(turns=[turn], final_evaluation=None)
+    return SimpleNamespace(turns=[turn], final_evaluation=None, evaluation_seed=None)
 
 
 @pytest.mark.parametrize("score,text", [(99.0, ""), (2.2, ""), (None, "# Three pushy rounds in a row: hold a grudge")])
 def test_the_checks_catch_a_forgery_or_a_leak(score, text):
-    output = {"error": None, "metrics": {"laneMerge/best_score": score or BASELINE}, "reward": 0.0, "completion": []}
+    output = {"error": None, "metrics": {"laneMerge/best_score": score or 0.0}, "reward": 0.0, "completion": []}
     with pytest.raises(AssertionError):
         check_rollout(output, _fake(score, text))
 

@@ -11,7 +11,9 @@ model code: only the modules the task itself names as the agent's (``AIR_AGENT_M
 
 With an evaluation seed (``AIR_EVAL_SEED``, set by eval_runner.py) the global generators an evaluator
 may draw from unseeded (``random``, ``numpy.random``) and the string hash are seeded first, so the
-same submission scores the same under the same seed. A script that seeds them itself still wins.
+same submission scores the same under the same seed. A script that seeds them itself still wins; one
+that draws its own seeds from the evaluation's (laneMerge's opponent) reads ``AIR_EVAL_SEED`` itself. It
+stays in the environment except in ``model`` mode, where the agent's code runs in this process.
 """
 
 import os
@@ -30,7 +32,7 @@ def _hash_seeded(seed: str) -> None:
     if not sys.flags.isolated:
         return
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    env.update(PYTHONHASHSEED=seed, PYTHONDONTWRITEBYTECODE="1", AIR_EVAL_SEED=seed)
+    env.update(PYTHONHASHSEED=str(int(seed) % 2**32), PYTHONDONTWRITEBYTECODE="1", AIR_EVAL_SEED=seed)  # 32 bits at most
     os.execve(sys.executable, [sys.executable, "-s", "-B", __file__, *sys.argv[1:]], env)
 
 
@@ -61,14 +63,15 @@ class _AgentModules:
 
 
 def main() -> None:
+    mode, script, *args = sys.argv[1:]
     seed = os.environ.get("AIR_EVAL_SEED", "")
     if seed.isdigit():
         _hash_seeded(seed)
-        del os.environ["AIR_EVAL_SEED"]
+        if mode == "model":
+            del os.environ["AIR_EVAL_SEED"]
         seed_globals(int(seed))
     if sys.path and sys.path[0] == HERE:
         sys.path.pop(0)
-    mode, script, *args = sys.argv[1:]
     sys.path.append(HERE)
     sys.path.append(str(Path(script).parent))
     if mode == "model":
