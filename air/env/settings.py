@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from air.env.rewards import RewardSettings
-from air.sandbox.config import SIZE, parse_env_gpu
+from air.sandbox.config import checked_size, parse_env_gpu
 
 
 class EnvSettingsError(ValueError):
@@ -98,11 +98,7 @@ class MLGymEnvSettings(BaseModel):
     @field_validator("container_memory", "container_disk", "container_tmp", "container_shm")
     @classmethod
     def _size(cls, value: str, info: ValidationInfo) -> str:
-        if info.field_name == "container_disk" and value == "":
-            return value
-        if not SIZE.fullmatch(value.strip()):
-            raise ValueError(f"{info.field_name} must be a whole size like '512m' or '4g', got {value!r}")
-        return value.strip().lower()
+        return checked_size(value, info.field_name, none_ok=info.field_name == "container_disk")
 
     @field_validator("env_gpu", mode="before")
     @classmethod

@@ -20,6 +20,16 @@ WORKSPACE = "/home/agent/workspace"
 SIZE = re.compile(r"[1-9][0-9]*[kmgt]?", re.IGNORECASE)
 
 
+def checked_size(value: str, name: str, *, none_ok: bool = False) -> str:
+    """``value`` as a size docker and tmpfs both read (lower case), or a ValueError naming setting ``name``;
+    '' passes where ``none_ok`` (no limit)."""
+    if none_ok and value == "":
+        return value
+    if not SIZE.fullmatch(value.strip()):
+        raise ValueError(f"{name} must be a whole size like '512m' or '4g', got {value!r}")
+    return value.strip().lower()
+
+
 def parse_env_gpu(env_gpu: str | None) -> list[str]:
     """``"7"`` or ``"6,7"`` -> device ids; ``None``/``""`` -> no GPU."""
     if env_gpu is None or str(env_gpu).strip() == "":
@@ -63,11 +73,7 @@ class SandboxConfig(BaseModel):
     @field_validator("memory", "tmp_size", "shm_size", "disk")
     @classmethod
     def _check_size(cls, value: str, info: ValidationInfo) -> str:
-        if info.field_name == "disk" and value == "":
-            return value
-        if not SIZE.fullmatch(value.strip()):
-            raise ValueError(f"{info.field_name} must be a whole size like '512m' or '4g', got {value!r}")
-        return value.strip().lower()
+        return checked_size(value, info.field_name, none_ok=info.field_name == "disk")
 
     @field_validator("env_gpu")
     @classmethod

@@ -40,23 +40,19 @@ HOW_TO_GET_ONE = (
 def storage_driver(client: docker.DockerClient) -> str:
     """The engine's storage driver and, for overlay2, its backing filesystem: "overlay2 on xfs"."""
     with _asking:
-        return _driver_of(client)
-
-
-def _driver_of(client: docker.DockerClient) -> str:
-    if client not in _drivers:
-        info = client.info()
-        driver = str(info.get("Driver", "?"))
-        backing = dict(info.get("DriverStatus") or []).get("Backing Filesystem")
-        _drivers[client] = f"{driver} on {backing}" if backing else driver
-        if not can_size(_drivers[client]):
-            log.warning(
-                "no disk quota for sandbox containers: this Docker engine's storage driver (%s) cannot size a "
-                "container; /tmp and /dev/shm are still bounded. For a quota, %s.",
-                _drivers[client],
-                HOW_TO_GET_ONE,
-            )
-    return _drivers[client]
+        if client not in _drivers:
+            info = client.info()
+            driver = str(info.get("Driver", "?"))
+            backing = dict(info.get("DriverStatus") or []).get("Backing Filesystem")
+            _drivers[client] = f"{driver} on {backing}" if backing else driver
+            if not can_size(_drivers[client]):
+                log.warning(
+                    "no disk quota for sandbox containers: this Docker engine's storage driver (%s) cannot size a "
+                    "container; /tmp and /dev/shm are still bounded. For a quota, %s.",
+                    _drivers[client],
+                    HOW_TO_GET_ONE,
+                )
+        return _drivers[client]
 
 
 def can_size(driver: str) -> bool:
