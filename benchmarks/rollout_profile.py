@@ -26,11 +26,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.env import concurrent_rollouts  # noqa: E402
 from air.agents.server import PolicyServer  # noqa: E402
 from air.sandbox.container import Sandbox  # noqa: E402
 from air.sandbox.pool import SandboxPool  # noqa: E402
 from air.tasks.workspace import TaskWorkspace  # noqa: E402
+from benchmarks.env import concurrent_rollouts  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 ENGINE = ("dockerd", "containerd", "containerd-shim", "containerd-shim-runc-v2", "docker-proxy")
@@ -40,15 +40,24 @@ wall: dict[str, list[float]] = defaultdict(list)
 in_container: dict[str, list[float]] = defaultdict(list)  # the container's CPU during the phase
 
 
+def _counter(path: Path) -> float | None:
+    """CPU seconds in a cgroup's counter file (v1 ``cpuacct.usage`` in ns, v2 ``cpu.stat`` in us), or None."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return None
+    return int(text) / 1e9 if path.name == "cpuacct.usage" else int(text.split()[1]) / 1e6
+
+
+def counter_files(container_id: str = "*") -> list[Path]:
+    """The cgroup CPU counter of a container (or, with the default, of every container) that exists."""
+    v1, v2 = CGROUPS
+    return [*v1.glob(f"{container_id}/cpuacct.usage"), *v2.glob(f"docker-{container_id}.scope/cpu.stat")]
+
+
 def container_cpu(container_id: str) -> float | None:
     """A container's CPU seconds so far (its cgroup's counter), None where it cannot be read."""
-    for path in (CGROUPS[0] / container_id / "cpuacct.usage", CGROUPS[1] / f"docker-{container_id}.scope/cpu.stat"):
-        try:
-            text = path.read_text()
-        except OSError:
-            continue
-        return int(text) / 1e9 if path.name == "cpuacct.usage" else int(text.split()[1]) / 1e6
-    return None
+    return next((cpu for path in counter_files(container_id) if (cpu := _counter(path)) is not None), None)
 
 
 def timed(owner: type, name: str, phase: str) -> None:
@@ -92,14 +101,10 @@ class CpuSampler(threading.Thread):
         self.seen[key] = cpu
 
     def sample(self, first: bool = False) -> None:
-        for folder in CGROUPS:
-            for usage in folder.glob("*/cpuacct.usage") if folder.name == "docker" else folder.glob("docker-*.scope/cpu.stat"):
-                try:
-                    text = usage.read_text()
-                except OSError:
-                    continue
-                cpu = int(text) / 1e9 if usage.name == "cpuacct.usage" else int(text.split()[1]) / 1e6
-                self.note(f"container {usage.parent.name}", cpu, existed_before=first)
+        for path in counter_files():
+            cpu = _counter(path)
+            if cpu is not None:
+                self.note(f"container {path.parent.name}", cpu, existed_before=first)
         for entry in os.listdir("/proc"):
             if not entry.isdigit():
                 continue

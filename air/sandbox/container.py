@@ -158,7 +158,9 @@ class Sandbox:
                 _image_present, client, kwargs["image"]
             ):
                 raise image_missing(kwargs["image"]) from exc
-            raise SandboxStartError(f"Cannot start a sandbox container: {exc}{quota_refused_hint(exc, config)}") from exc
+            raise SandboxStartError(
+                f"Cannot start a sandbox container: {exc}{quota_refused_hint(exc, config)}"
+            ) from exc
         _track(container.id)
         sandbox = cls(container, config)
         try:

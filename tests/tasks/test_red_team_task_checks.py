@@ -79,7 +79,9 @@ async def test_a_module_the_agent_adds_never_reaches_a_model_evaluator(tmp_path,
     root = write_own_task(
         tmp_path / "MLGym", "modelimports", "ModelSubmissionTasks", files, "baseline_scores: [{Reward Mean: 2.0}]\n"
     )
-    commands = ["echo a: 1 > config.yaml && mkdir gymnax_like && echo 'EXTRA = 40.0' > gymnax_like/__init__.py && validate"]
+    commands = [
+        "echo a: 1 > config.yaml && mkdir gymnax_like && echo 'EXTRA = 40.0' > gymnax_like/__init__.py && validate"
+    ]
     output, record = await run_attack(tmp_path, docker_image, commands, task="modelimports", task_root=str(root))
     check_rollout(output, record, task="modelimports", baseline=2.0, ceiling=2.0, secrets=[])
     evaluation = record.turns[0].evaluation

@@ -32,7 +32,8 @@ def _hash_seeded(seed: str) -> None:
     if not sys.flags.isolated:
         return
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    env.update(PYTHONHASHSEED=str(int(seed) % 2**32), PYTHONDONTWRITEBYTECODE="1", AIR_EVAL_SEED=seed)  # 32 bits at most
+    hash_seed = str(int(seed) % 2**32)  # Python takes 32 bits at most
+    env.update(PYTHONHASHSEED=hash_seed, PYTHONDONTWRITEBYTECODE="1", AIR_EVAL_SEED=seed)
     os.execve(sys.executable, [sys.executable, "-s", "-B", __file__, *sys.argv[1:]], env)
 
 
