@@ -71,13 +71,14 @@ def storage_kwargs(config: SandboxConfig, driver: str | None) -> dict[str, Any]:
 def quota_refused_hint(exc: BaseException, config: SandboxConfig) -> str:
     """A hint for a create the engine refused over the quota ('' when that was not the reason)."""
     text = str(exc)
-    if "qgroup" in text or "quota" in text:
+    # First: overlay2's refusal names the option and "pquota", which the next test would take for a limit too low.
+    if "storage-opt" in text or "storage opt" in text:
+        return f" (this engine cannot size containers: {HOW_TO_GET_ONE})"
+    if "qgroup" in text or "quota exceeded" in text:
         return (
             f" (the disk limit {config.disk!r} is below what this engine counts against it; btrfs counts the image's "
             "files too: raise it)"
         )
-    if "storage-opt" in text or "storage opt" in text:
-        return f" (this engine cannot size containers: {HOW_TO_GET_ONE})"
     return ""
 
 

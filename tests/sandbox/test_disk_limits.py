@@ -15,7 +15,7 @@ import pytest
 from air.env.settings import MLGymEnvSettings
 from air.sandbox.config import SandboxConfig, owner_labels
 from air.sandbox.container import Sandbox, container_kwargs, reset_docker_client
-from air.sandbox.storage import storage_kwargs
+from air.sandbox.storage import quota_refused_hint, storage_kwargs
 from tests.red_team import check_rollout, run_attack
 from tests.second_engine import SecondEngine
 
@@ -30,6 +30,19 @@ def test_the_quota_goes_only_to_engines_that_can_size_a_container():
     kwargs = container_kwargs(config, owner_labels("r"), "overlay2 on extfs")
     assert kwargs["tmpfs"] == {"/tmp": "rw,nosuid,nodev,mode=1777,size=64m"}
     assert kwargs["shm_size"] == "32m"
+
+
+@pytest.mark.parametrize(
+    ("engine_says", "hint"),
+    [  # the engines' own words at create (overlay2 on ext4 or on xfs without pquota; btrfs below the image)
+        ("--storage-opt is supported only for overlay over xfs with 'pquota' mount option", "cannot size containers"),
+        ("Failed to limit qgroup for &{}: disk quota exceeded", "is below what this engine counts"),
+        ("No such image: x", ""),
+    ],
+)
+def test_a_refused_quota_gets_the_hint_for_its_cause(engine_says, hint):
+    said = quota_refused_hint(RuntimeError(engine_says), SandboxConfig(disk="300m"))
+    assert (hint in said) if hint else said == ""
 
 
 @pytest.mark.parametrize("size", ["2.5g", "-1g", "lots", "4gb"])
