@@ -8,7 +8,7 @@ import pytest
 from air.sandbox.container import Sandbox
 from air.tasks.loader import Task, list_tasks, load_task
 from air.tasks.workspace import REJECTED, TaskWorkspace
-from tests.mlgym_like import write_mlgym_like_root, write_own_task
+from tests.mlgym_like import MODEL_IMPORTS_TASK, WRONG_LENGTH_TASK, write_mlgym_like_root, write_own_task
 
 pytestmark = pytest.mark.docker
 
@@ -260,15 +260,7 @@ async def test_a_model_evaluator_imports_only_the_tasks_own_modules_from_the_wor
 ) -> None:
     """MLGym's RL evaluators import `gymnax`, which an image may lack: a `gymnax/` the agent writes must not
     stand in for it. The task's own package (`src/`) still imports, submodules included."""
-    files = {
-        "evaluate.py": "import json\nfrom src.helpers import reward\ntry:\n    import gymnax_like\n"
-        "    extra = gymnax_like.EXTRA\nexcept ImportError:\n    extra = 0.0\n"
-        "print(json.dumps({'Reward Mean': reward() + extra}))\n",
-        "src/__init__.py": "",
-        "src/helpers.py": "def reward():\n    return 2.0\n",
-    }
-    config = "baseline_scores: [{Reward Mean: 2.0}]\n"
-    workspace = await _workspace(_own_task(tmp_path, "modelimports", "ModelSubmissionTasks", files, config), sandbox)
+    workspace = await _workspace(_own_task(tmp_path, "modelimports", *MODEL_IMPORTS_TASK), sandbox)
     await sandbox.run("echo a: 1 > config.yaml && mkdir gymnax_like && echo 'EXTRA = 40.0' > gymnax_like/__init__.py")
     evaluation = await workspace.evaluate()
     assert evaluation.ok and evaluation.score == 2.0, evaluation
@@ -277,14 +269,7 @@ async def test_a_model_evaluator_imports_only_the_tasks_own_modules_from_the_wor
 async def test_a_result_of_the_wrong_length_fails_the_evaluation(sandbox: Sandbox, tmp_path) -> None:
     """A game that compares allocations with zip() and never checks their length (MLGym's blotto): one
     battlefield with every soldier on it would win each comparison made. ``return_lengths`` refuses it."""
-    files = {
-        "strategy.py": "def allocate():\n    return [20] * 6\n",
-        "evaluate.py": "import json\nfrom strategy import allocate\nmine = allocate()\nassert sum(mine) <= 120\n"
-        "wins = sum(1 for a, b in zip(mine, [19, 19, 19, 21, 21, 21]) if a > b)\n"
-        "print(json.dumps({'Score': wins / 6}))\n",
-    }
-    config = "baseline_scores: [{Score: 0.5}]\nreturn_lengths: {strategy.allocate: 6}\n"
-    workspace = await _workspace(_own_task(tmp_path, "fields", "PythonSubmissionTasks", files, config), sandbox)
+    workspace = await _workspace(_own_task(tmp_path, "fields", *WRONG_LENGTH_TASK), sandbox)
     assert (await workspace.evaluate()).score == 0.5
     await sandbox.write_file("/home/agent/workspace/strategy.py", "def allocate():\n    return [120]\n", owner="agent")
     evaluation = await workspace.evaluate()
