@@ -29,7 +29,7 @@ RED_TEAM_SEED = 20_200_611
 LANE_DATA = Path(__file__).resolve().parents[1] / "air/tasks/builtin/data/laneMerge"
 FORGED = '{"Score": 99.0}'
 AGENT_UID = 1000  # the image's `agent` user
-LANE_SECRET_FILE = Path(__file__).resolve().parents[1] / "air/tasks/builtin/data/laneMerge/target.py"
+LANE_SECRET_FILE = LANE_DATA / "target.py"
 LOOT = "/tmp/redteam_loot"  # where attacks copy what they find (the agent reads it afterwards)
 STOP = "/tmp/redteam_stop"  # background attackers stop when this exists
 
