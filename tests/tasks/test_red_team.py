@@ -37,12 +37,8 @@ from air.tasks.loader import load_task
 from tests.opt_in import mlgym_checkout
 from tests.red_team import (
     AGENT_UID,
-    COPY_TARGET,
     FORGED,
-    FORGING_EVALUATOR,
     LOOT,
-    OVERWRITE_EVALUATORS,
-    PTRACE_SOURCE,
     RESTORE,
     SAVE,
     SHOW_LOOT,
@@ -59,9 +55,9 @@ from tests.red_team import (
     plant,
     ptrace_attachments,
     run_attack,
-    scanner,
     wrap,
 )
+from tests.red_team_attacks import COPY_TARGET, FORGING_EVALUATOR, OVERWRITE_EVALUATORS, PTRACE_SOURCE, scanner
 
 pytestmark = [pytest.mark.docker]
 
