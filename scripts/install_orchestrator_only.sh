@@ -17,11 +17,12 @@ if [[ -n "${PRIME_RL_PYTHON:-}" ]]; then
     PY_WANTED=$PRIME_RL_PYTHON
 elif UV_PYTHON_DOWNLOADS=never uv python find 3.12 >/dev/null 2>&1; then
     PY_WANTED=3.12
-elif UV_PYTHON_DOWNLOADS=never uv python find 3.11 >/dev/null 2>&1; then
-    PY_WANTED=3.11
+elif UV_PYTHON_DOWNLOADS=never uv python find ">=3.11.4,<3.12" >/dev/null 2>&1; then
+    # 3.11.4 and later, as air-agent requires (Debian 12's own 3.11.2 lacks tarfile's extraction filters)
+    PY_WANTED=">=3.11.4,<3.12"
     echo "    no Python 3.12 on this machine: using 3.11 (set PRIME_RL_PYTHON to choose another)"
 else
-    die "neither Python 3.12 nor 3.11 found (install one, or set PRIME_RL_PYTHON to an interpreter path)"
+    die "neither Python 3.12 nor 3.11.4+ found (install one, or set PRIME_RL_PYTHON to an interpreter path)"
 fi
 CPU_INDEX=https://download.pytorch.org/whl/cpu
 # Imported by prime_rl.orchestrator.orchestrator and what it pulls in (torch is installed on its own).
@@ -143,7 +144,7 @@ PY
 
     say "creating $VENV (Python $PY_WANTED)"
     UV_PYTHON_DOWNLOADS=${UV_PYTHON_DOWNLOADS:-never} uv venv --quiet --allow-existing --python "$PY_WANTED" "$VENV" ||
-        die "no Python $PY_WANTED for uv (set PRIME_RL_PYTHON to an interpreter path or version; 3.11 and 3.12 work)"
+        die "no Python $PY_WANTED for uv (set PRIME_RL_PYTHON to an interpreter path or version; 3.11.4+ and 3.12 work)"
     PY="$VENV/bin/python"
     version=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
     [[ "$version" == 3.12 ]] || echo "    note: prime-rl declares Python 3.12; its orchestrator also runs on $version"

@@ -15,14 +15,14 @@
 #       DIR/.venv-orchestrator with CPU torch (no vLLM, no flash-attn, no CUDA torch where the CPU index is
 #       reachable), prime-rl's source on its path, its pinned verifiers build, and air-agent[tiny].
 #       Versions come from prime-rl's own uv.lock (as constraints). Leaves DIR/.venv alone. Python 3.12 where
-#       uv finds one (prime-rl's), else this machine's 3.11 (both run the orchestrator; the script says which).
+#       uv finds one (prime-rl's), else this machine's 3.11.4+ (both run the orchestrator; the script says which).
 #
 # Environment: PRIME_RL_REPO  clone source (default GitHub; a mirror or a local clone works too)
 #              PRIME_RL_COMMIT  the same as --commit (the option wins)
 #              --orchestrator-only only:
 #              VERIFIERS_REPO  where prime-rl's pinned verifiers commit is cloned from (default GitHub; a mirror
 #                              works), unless the checkout's deps/verifiers submodule is already there
-#              PRIME_RL_PYTHON  the venv's Python (default: 3.12 where uv finds it, else 3.11)
+#              PRIME_RL_PYTHON  the venv's Python (default: 3.12 where uv finds it, else 3.11.4+)
 #              PRIME_RL_TORCH  a torch requirement or wheel file to install instead of the CPU index's build
 set -euo pipefail
 
