@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import textwrap
+import tomllib
 from pathlib import Path
 
 import psutil
@@ -17,6 +18,9 @@ from tests.git_repo import git
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "install_prime_rl.sh"
+# prime-rl asks for 3.12, which this machine may lack; its stand-in asks for what air-agent does, so uv's
+# pick for its venv can take the editable air-agent.
+AIR_REQUIRES_PYTHON = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +29,7 @@ def fake_prime_rl(tmp_path_factory) -> tuple[Path, str, str]:
     repo = tmp_path_factory.mktemp("upstream") / "prime-rl"
     (repo / "src" / "prime_rl").mkdir(parents=True)
     (repo / "pyproject.toml").write_text(
-        '[project]\nname = "prime-rl"\nversion = "0.0.0"\nrequires-python = ">=3.11"\n'
+        '[project]\nname = "prime-rl"\nversion = "0.0.0"\nrequires-python = "' + AIR_REQUIRES_PYTHON + '"\n'
         'dependencies = ["verifiers==0.1.10"]\n'  # prime-rl's venv brings verifiers; air-agent leaves it be
         '[project.scripts]\nrl = "prime_rl.rl:main"\n'
         '[build-system]\nrequires = ["hatchling"]\nbuild-backend = "hatchling.build"\n'
