@@ -100,8 +100,23 @@ ENDED_NOTE = (
 # Run as the agent when no new shell starts in a running container: the agent's processes hold every pid
 # the container may have (a fork bomb), so not even the shell's first fork succeeds. The exec itself gets in
 # (pids.max is checked at fork, not when the engine moves an exec into the container); kill(-1) as the agent
-# reaches all of the agent's processes in one system call, forks in flight included.
-_KILL_ALL_OF_AGENT = "kill -KILL -1; kill -KILL -1"
+# reaches all of the agent's processes in one system call, forks in flight included. A killed process still
+# runs until it has exited (its memory torn down: under load, after the next shell has started), so the call is
+# repeated until no process of the agent but this one is alive (zombies hold only a pid), for up to ~10 s.
+_KILL_ALL_OF_AGENT = r"""
+for _ in {1..200}; do
+  kill -KILL -1 2>/dev/null
+  alive=0
+  for stat in /proc/[0-9]*/stat; do
+    read -r pid rest 2>/dev/null < "$stat" || continue
+    state=${rest##*) }; state=${state%% *}
+    if [[ $pid != "$$" && $state != [ZX] && -O /proc/$pid ]]; then alive=1; break; fi
+  done
+  (( alive )) || exit 0
+  sleep 0.05 2>/dev/null
+done
+exit 1
+"""
 FREED_NOTE = (
     "\n[no new shell could start: the container's process limit was reached. Every process of the agent was "
     "killed (background jobs included) and a new shell was started in {cwd}. Files are intact]"
