@@ -103,6 +103,8 @@ ENDED_NOTE = (
 # reaches all of the agent's processes in one system call, forks in flight included. A killed process still
 # runs until it has exited (its memory torn down: under load, after the next shell has started), so the call is
 # repeated until no process of the agent but this one is alive (zombies hold only a pid), for up to ~10 s.
+# The evaluation's freeze (tasks/scripts/evaluate_workspace.sh) loops the same way; it runs as root a layer
+# above and is not installed in every container, so the sandbox keeps its own.
 _KILL_ALL_OF_AGENT = r"""
 for _ in {1..200}; do
   kill -KILL -1 2>/dev/null

@@ -30,6 +30,7 @@ running_agent_pids() {  # the agent's processes with a thread not stopped, trace
     done
   done
 }
+# The shell's fork-bomb clean-up (sandbox/shell.py, _KILL_ALL_OF_AGENT) loops the same way with SIGKILL.
 freeze() {  # a signal takes effect when its process next runs: look again, send again, for up to ~10 s
   local _
   for _ in $(seq 200); do
