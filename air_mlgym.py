@@ -3,7 +3,8 @@
 - Classic (verifiers 0.1.x, prime-rl c87c19b, classic vf-eval): ``load_environment(**args) -> MLGymEnv``,
   a ``vf.MultiTurnEnv``. Imported on call, so a v1-only verifiers never touches it.
 - v1 (verifiers 0.4.0, prime-rl main's env servers, today's vf-eval): the module's ``__all__`` names the
-  ``vf.Taskset`` (``MLGymTaskset``) and the ``vf.Env`` (``MLGymV1Env``) that verifiers' plugin loader
+  ``vf.Taskset`` (``MLGymTaskset``), the ``vf.Env`` (``MLGymV1Env``) and the ``vf.Harness``
+  (``MLGymPlayer``, harness id ``air_mlgym``: the in-process player) that verifiers' plugin loader
   picks; present only where ``verifiers.v1`` imports.
 
 Loading only reads task configs; containers start with the first rollout. The arguments are
@@ -24,9 +25,19 @@ try:
 except ImportError:
     pass
 else:
-    from air.env.v1_front import MLGymTaskset, MLGymV1Env
+    from air.env.v1_player import MLGymPlayer
 
-    __all__ += ["MLGymTaskset", "MLGymV1Env"]
+    __all__ += ["MLGymPlayer", "MLGymTaskset", "MLGymV1Env"]
+
+
+def __getattr__(name: str) -> Any:
+    """The v1 taskset and env, imported on first use: ``air.env.v1_front`` resolves its seat's harness
+    (``air_mlgym``, this module) while it is being defined, so this module must not import it first."""
+    if name in ("MLGymTaskset", "MLGymV1Env") and name in __all__:
+        from air.env import v1_front
+
+        return getattr(v1_front, name)
+    raise AttributeError(f"module 'air_mlgym' has no attribute {name!r}")
 
 
 def load_environment(**kwargs: Any):

@@ -9,8 +9,9 @@ verifiers v1 splits what the classic ``MultiTurnEnv`` did in one process:
                           on the trace, our trajectory written, the container destroyed (core.close)
 
 The taskset config's fields are ``load_environment``'s arguments (``MLGymEnvSettings``), so the TOML keys
-under ``env.taskset`` are the same as the classic ``[[orchestrator.env]] args``. The seat is ``player``, a
-plain chat program (verifiers' ``null`` harness) run as a local subprocess; the env, not the harness,
+under ``env.taskset`` are the same as the classic ``[[orchestrator.env]] args``. The seat is ``player``:
+by default our in-process harness (``v1_player``: each model turn one call to the interception endpoint,
+no program); verifiers' ``null`` harness (a chat program per turn) still works. The env, not the harness,
 runs commands. A fault outside the agent's reach (``EnvFault``) raises ``vf.SandboxError`` inside the
 interaction: a failed trace with its cause, which prime-rl leaves out of training; never a silent zero.
 """
@@ -21,7 +22,6 @@ import asyncio
 from typing import Any
 
 import verifiers.v1 as vf
-from verifiers.v1.harnesses.null import NullHarnessConfig
 
 from air.env.core import EnvFault, MLGymCore, RolloutLabels
 from air.env.metrics import REWARD_METRIC, metric_names, result_key
@@ -29,6 +29,7 @@ from air.env.rollout import Rollout
 from air.env.seeds import group_key, rollout_seed
 from air.env.settings import MLGymEnvSettings, parse_env_settings
 from air.env.trajectories import error_line
+from air.env.v1_player import PLAYER
 from air.sandbox.errors import SandboxesUnavailable
 
 
@@ -72,8 +73,11 @@ class MLGymTaskset(vf.Taskset[MLGymTask, MLGymTasksetConfig]):
 
 
 class MLGymV1EnvConfig(vf.EnvConfig):
-    # A plain chat program per turn, on this host: the commands run in our containers, not in the harness.
-    player: vf.AgentConfig = vf.AgentConfig(harness=NullHarnessConfig(), runtime=vf.SubprocessConfig())
+    # Our in-process chat loop: the commands run in our containers, not in the harness, so the seat's
+    # runtime runs nothing (verifiers still makes its folder per episode).
+    # verifiers resolves the harness id here, at class definition: air_mlgym must name MLGymPlayer without
+    # importing this module first (its taskset and env attributes are lazy).
+    player: vf.AgentConfig = vf.AgentConfig(harness=PLAYER, runtime=vf.SubprocessConfig())
 
 
 class MLGymV1Env(vf.Env[MLGymV1EnvConfig]):
@@ -100,7 +104,7 @@ class MLGymV1Env(vf.Env[MLGymV1EnvConfig]):
             async with agents.player.interaction(task) as interaction:
                 trace = interaction.trace
                 try:
-                    await self._episode(rollout, interaction)
+                    error = await self._episode(rollout, interaction)
                 except (EnvFault, SandboxesUnavailable) as exc:  # a missing image's or engine's message names the fix
                     raise vf.SandboxError(str(exc)) from exc
         except asyncio.CancelledError:
@@ -125,9 +129,11 @@ class MLGymV1Env(vf.Env[MLGymV1EnvConfig]):
             if trace is not None and path is not None and not cancelled:
                 trace.info["trajectory_path"] = str(path)
 
-    async def _episode(self, rollout: Rollout, interaction: Any) -> None:
+    async def _episode(self, rollout: Rollout, interaction: Any) -> ModelCallFailed | None:
         """Turns until submit, the format-error limit or max_turns; the reply of the last turn is played
-        too (the classic front's max_turns behaviour), then a last evaluation if the workspace changed."""
+        too (the classic front's max_turns behaviour), then a last evaluation if the workspace changed.
+        A failed model call ends it at once, as the classic front does: no evaluation, no reward, the
+        endpoint's words as the error (returned, for the record; verifiers already failed the trace)."""
         await self.core.start(rollout)
         segment = await interaction.turn()
         while not segment.terminated:
@@ -138,12 +144,22 @@ class MLGymV1Env(vf.Env[MLGymV1EnvConfig]):
                 break
             segment = await interaction.turn(observation)
         else:
-            # The harness ended the rollout (a token limit, a failed model call): verifiers records why.
+            failed = interaction.trace.last_error
+            if failed is not None:
+                return ModelCallFailed(f"{failed.type}: {failed.message}")
+            # A limit ended the rollout (tokens, a stop hook): verifiers records which.
             rollout.exit_status = rollout.exit_status or "harness_stopped"
         await self.core.finish(rollout)
+        return None
+
+
+class ModelCallFailed(Exception):
+    """The seat's model call failed (verifiers' error on the trace, carried into our trajectory)."""
 
 
 def _describe(error: BaseException | None) -> str | None:
+    if isinstance(error, ModelCallFailed):
+        return str(error)  # already "<verifiers' error type>: <the endpoint's words>"
     if error is None or not str(error).strip():
         return error_line(error)  # an empty message: the cause down the chain names it
     return f"{type(error).__name__}: {error_line(error)}"
