@@ -27,7 +27,7 @@ except ImportError:
 else:
     from air.env.v1_player import MLGymPlayer
 
-    __all__ += ["MLGymPlayer", "MLGymTaskset", "MLGymV1Env"]
+    __all__ += ["MLGymPlayer", "MLGymTaskset", "MLGymV1Env"]  # noqa: F822 (the last two: __getattr__)
 
 
 def __getattr__(name: str) -> Any:

@@ -24,12 +24,19 @@ MANIFEST = "air-tiny-model.json"
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 EOS_TOKEN = "<|im_end|>"  # ends an assistant turn, as in ChatML: the server appends it on "stop"
 PAD_TOKEN = "<|endoftext|>"
-# ChatML, the layout Qwen's instruct models use (without their tool and thinking extensions).
+# ChatML, the layout Qwen's instruct models use (without their tool extensions). An assistant turn's
+# reasoning (the `<think>` block a renderer parsed out of a sampled reply) is rendered back where it was
+# sampled, so re-rendering a conversation reproduces the sampled tokens: prime-rl's `default` renderer
+# cannot bridge turns, re-renders each prompt, and a template that dropped the reasoning started a new
+# branch (a second training sample) at every turn that thought (PROJECT_NOTES, "One sample per rollout").
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
     "<|im_start|>{{ message['role'] }}\n"
+    "{% if message['role'] == 'assistant' and message.get('reasoning_content') is not none %}"
+    "<think>{{ message['reasoning_content'] }}</think>{% endif %}"
     "{% if message['content'] is string %}{{ message['content'] }}"
-    "{% else %}{% for part in message['content'] %}{{ part['text'] }}{% endfor %}{% endif %}"
+    "{% elif message['content'] is not none %}{% for part in message['content'] %}{{ part['text'] }}{% endfor %}"
+    "{% endif %}"
     "<|im_end|>\n"
     "{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
@@ -140,8 +147,9 @@ def build_model(spec: TinyModelSpec, tokenizer):
 def write_tiny_model(directory: str | Path, spec: TinyModelSpec | None = None, force: bool = False) -> Path:
     """Write the tokenizer, model and a manifest to ``directory``; return its absolute path.
 
-    A directory that already holds a tiny model of the same spec is left as it is (the manifest says so);
-    a non-empty directory holding anything else is refused unless ``force``."""
+    A directory that already holds a tiny model of the same spec is left as it is (the manifest says so),
+    or rewritten when an older version of this project wrote it (another corpus, chat template or library
+    version); a non-empty directory holding anything else is refused unless ``force``."""
     require_extra()
     spec = spec or TinyModelSpec()
     target = Path(directory).expanduser().resolve()
@@ -149,8 +157,9 @@ def write_tiny_model(directory: str | Path, spec: TinyModelSpec | None = None, f
     existing = read_manifest(target)
     if existing == wanted:
         return target
-    if target.exists() and any(target.iterdir()) and not force:
-        what = "a tiny model of another spec or version" if existing else "files that are not a tiny model"
+    ours_to_refresh = existing is not None and existing.get("spec") == wanted["spec"]
+    if target.exists() and any(target.iterdir()) and not force and not ours_to_refresh:
+        what = "a tiny model of another spec" if existing else "files that are not a tiny model"
         raise TinyModelError(f"{target} holds {what}; pass --force to overwrite it, or name an empty directory")
     target.mkdir(parents=True, exist_ok=True)
     tokenizer = train_tokenizer(spec)
@@ -172,6 +181,7 @@ def manifest_for(spec: TinyModelSpec) -> dict:
     return {
         "spec": spec.__dict__,
         "corpus_sha256": digest.hexdigest(),
+        "chat_template_sha256": hashlib.sha256(CHAT_TEMPLATE.encode()).hexdigest(),
         "versions": {
             "torch": torch.__version__,
             "transformers": transformers.__version__,
