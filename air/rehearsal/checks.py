@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 from air.rehearsal.errors import RehearsalError
@@ -16,12 +17,21 @@ INSTALLS = {
     "v1": f"bash scripts/install_prime_rl.sh --orchestrator-only --commit {V1_COMMIT} [DIR]",
 }
 VENVS = (".venv-orchestrator", ".venv")  # the CPU install's, else a full install's
+ORCHESTRATOR_MODULE = "prime_rl.orchestrator.orchestrator"
+IMPORTING = "importing prime-rl's orchestrator (a fresh venv's first import can take minutes)"
 
 
-def find_orchestrator_python(explicit: str | None, generation: str = "classic") -> tuple[Path, Path]:
+def find_orchestrator_python(
+    explicit: str | None,
+    generation: str = "classic",
+    *,
+    say: Callable[[str, int, int], None] | None = None,
+    timeout_s: float = 1800.0,
+) -> tuple[Path, Path]:
     """(the Python that runs prime-rl's orchestrator, the checkout) for a config of ``generation``
     (classic: the pinned c87c19b; v1: today's prime-rl, any commit with env servers); RehearsalError
-    naming what is wrong."""
+    naming what is wrong. The import probe waits up to ``timeout_s`` (the rehearsal's own deadline),
+    announced through ``say`` as the stage :data:`IMPORTING`."""
     hint = INSTALLS[generation]
     install = find_prime_rl(explicit)
     if install is None:
@@ -48,13 +58,31 @@ def find_orchestrator_python(explicit: str | None, generation: str = "classic") 
             break
     else:
         raise RehearsalError(f"{install.root} has no venv with prime-rl's orchestrator; run {hint}")
-    probe = subprocess.run(
-        [str(python), "-c", "import prime_rl.orchestrator.orchestrator"], capture_output=True, text=True, timeout=120
-    )
+    probe_import(python, hint, say or (lambda what, done, total: None), timeout_s)
+    return python, install.root
+
+
+def probe_import(python: Path, hint: str, say: Callable[[str, int, int], None], timeout_s: float) -> None:
+    """``python`` imports prime-rl's orchestrator, however long a cold venv takes (up to ``timeout_s``);
+    a failure, a start that fails or a wait past the bound is one RehearsalError naming the fix."""
+    say(IMPORTING, 0, 1)
+    try:
+        probe = subprocess.run(
+            [str(python), "-c", f"import {ORCHESTRATOR_MODULE}"], capture_output=True, text=True, timeout=timeout_s
+        )
+    except subprocess.TimeoutExpired:
+        raise RehearsalError(
+            f"waited {timeout_s:g} s for {python} to import {ORCHESTRATOR_MODULE} and it had not finished "
+            "(a fresh venv's first import compiles bytecode, which takes minutes on a busy machine or a network "
+            f"file system); run it again (what was compiled is kept), warm it first with "
+            f"`{python} -c 'import {ORCHESTRATOR_MODULE}'`, or pass --timeout with more seconds"
+        ) from None
+    except OSError as exc:
+        raise RehearsalError(f"cannot start {python} ({exc.strerror or exc}); run {hint}") from None
     if probe.returncode != 0:
         last = (probe.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise RehearsalError(f"{python} cannot import prime-rl's orchestrator ({last}); run {hint}")
-    return python, install.root
+    say(IMPORTING, 1, 1)
 
 
 def check_docker(images: list[str]) -> None:

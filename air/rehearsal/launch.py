@@ -53,11 +53,21 @@ def entry_env() -> dict[str, str]:
     return env
 
 
-def run_entry(python: Path, command: list[str], out: Path, what: str, timeout: float = 300) -> None:
-    """A short step in prime-rl's venv (deriving configs); its stderr's tail names what went wrong."""
-    done = subprocess.run(
-        [str(python), *command], env=entry_env(), capture_output=True, text=True, timeout=timeout, cwd=out
-    )
+def run_entry(python: Path, command: list[str], out: Path, what: str, timeout: float = 1800.0) -> None:
+    """A short step in prime-rl's venv (deriving configs); its stderr's tail names what went wrong, and
+    a start that fails or a run past ``timeout`` (the rehearsal's deadline) is one RehearsalError too."""
+    try:
+        done = subprocess.run(
+            [str(python), *command], env=entry_env(), capture_output=True, text=True, timeout=timeout, cwd=out
+        )
+    except subprocess.TimeoutExpired:
+        raise RehearsalError(
+            f"{what}: waited {timeout:g} s for {python} {' '.join(command)} (in {out}) and it had not finished "
+            "(a first import in a fresh venv compiles bytecode, which takes minutes on a busy machine); "
+            "run it again (what was compiled is kept), or pass --timeout with more seconds"
+        ) from None
+    except OSError as exc:
+        raise RehearsalError(f"{what}: cannot start {python} ({exc.strerror or exc})") from None
     if done.returncode != 0:
         tail = "\n".join(done.stderr.strip().splitlines()[-12:])
         raise RehearsalError(f"{what}:\n{tail}")
@@ -126,6 +136,22 @@ def reap_containers() -> None:
         reap_orphans()
     except SandboxError:
         pass
+
+
+def count_episodes(trajectory_dir: Path) -> tuple[int, int]:
+    """(episodes that wrote a trajectory, of which cancelled): every episode the env ran here, since a
+    cancelled one records itself too (``exit_status: cancelled``)."""
+    import json
+
+    dispatched = cancelled = 0
+    for path in sorted(trajectory_dir.rglob("*.json")) if trajectory_dir.is_dir() else []:
+        try:
+            status = json.loads(path.read_text()).get("exit_status")
+        except (OSError, ValueError, AttributeError):
+            continue
+        dispatched += 1
+        cancelled += status == "cancelled"
+    return dispatched, cancelled
 
 
 def commit_of(root: Path) -> str:

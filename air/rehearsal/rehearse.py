@@ -30,6 +30,7 @@ from air.rehearsal.errors import RehearsalError
 from air.rehearsal.launch import (
     Launched,
     commit_of,
+    count_episodes,
     entry_env,
     mean_of,
     new_output_folder,
@@ -140,7 +141,7 @@ def rehearse_classic(settings: RehearsalSettings, path: Path, raw: dict[str, Any
     from air.agents.server import PolicyServer
 
     plan = plan_config(path, raw)
-    python, root = find_orchestrator_python(settings.prime_rl, "classic")
+    python, root = find_orchestrator_python(settings.prime_rl, "classic", say=say, timeout_s=settings.timeout_s)
     check_docker(plan.env_images)
     check_envs_load(plan.envs, ENV_DROPPED)
     out = new_output_folder(settings.output)
@@ -159,7 +160,7 @@ def rehearse_classic(settings: RehearsalSettings, path: Path, raw: dict[str, Any
             "_env_args": {"trajectory_dir": str(out / "trajectories"), "run_id": f"rehearse-{os.getpid()}"},
             "_env_drop": list(ENV_DROPPED),
         }
-        orch_toml = derive_config(python, plan.path, overrides, out)
+        orch_toml = derive_config(python, plan.path, overrides, out, settings.timeout_s)
         started = time.time()
         run_orchestrator(python, orch_toml, out, settings, say)
         elapsed = time.time() - started
@@ -169,11 +170,11 @@ def rehearse_classic(settings: RehearsalSettings, path: Path, raw: dict[str, Any
     return report
 
 
-def derive_config(python: Path, config: Path, overrides: dict[str, Any], out: Path) -> Path:
+def derive_config(python: Path, config: Path, overrides: dict[str, Any], out: Path, timeout: float = 1800.0) -> Path:
     overrides_file, orch_toml = out / "overrides.json", out / "orchestrator.toml"
     overrides_file.write_text(json.dumps(overrides, indent=2))
     command = ["-m", ENTRY, "derive", str(config), str(overrides_file), str(orch_toml)]
-    run_entry(python, command, out, f"prime-rl could not turn {config} into an orchestrator config")
+    run_entry(python, command, out, f"prime-rl could not turn {config} into an orchestrator config", timeout)
     return orch_toml
 
 
@@ -213,6 +214,7 @@ def build_report(
     trainer = [json.loads(line) for line in (out / "trainer.jsonl").read_text().splitlines() if line.strip()]
     logged = [json.loads(line) for line in read(out / "metrics.jsonl").splitlines() if line.strip()]
     step_logs = [entry for entry in logged if "reward/mean" in entry or "progress/samples" in entry]
+    dispatched, cancelled = count_episodes(out / "trajectories")
     return report_from(
         batch,
         trainer,
@@ -225,6 +227,8 @@ def build_report(
         env_metrics=mean_of(step_logs, lambda key: key.startswith("metrics/")),
         orchestrator_metrics=mean_of(step_logs, lambda key: key in ORCHESTRATOR_KEYS),
         dropped=plan.dropped,
+        dispatched=dispatched,
+        cancelled=cancelled,
     )
 
 

@@ -130,3 +130,69 @@ def test_a_classic_config_refuses_an_external_env_server(tmp_path):
     settings = RehearsalSettings(config=config, external_env_servers={"x": "tcp://127.0.0.1:1"})
     with pytest.raises(RehearsalError, match="classic config: prime-rl c87c19b has no env servers"):
         rehearse(settings)
+
+
+def _v1_checkout(tmp_path: Path, python: str) -> Path:
+    """A prime-rl look-alike of today's generation whose venv's "python" is the shell script ``python``."""
+    checkout = tmp_path / "prime-rl"
+    (checkout / "src" / "prime_rl" / "entrypoints").mkdir(parents=True)
+    (checkout / "src" / "prime_rl" / "entrypoints" / "env_server.py").write_text("")
+    (checkout / "pyproject.toml").write_text('[project]\nname = "prime-rl"\n')
+    git(checkout, "init", "-q")
+    git(checkout, "add", "-A")
+    git(checkout, "commit", "-qm", "today's")
+    stand_in = checkout / ".venv" / "bin" / "python"
+    stand_in.parent.mkdir(parents=True)
+    stand_in.write_text(f"#!/bin/sh\n{python}\n")
+    stand_in.chmod(0o755)
+    return checkout
+
+
+def test_an_import_slower_than_the_bound_is_one_error_naming_the_wait_and_the_fix(tmp_path):
+    checkout = _v1_checkout(tmp_path, "exec sleep 5")
+    with pytest.raises(RehearsalError) as caught:
+        find_orchestrator_python(str(checkout), "v1", timeout_s=1)
+    message = str(caught.value)
+    assert "waited 1 s for" in message and str(checkout / ".venv" / "bin" / "python") in message
+    assert "import prime_rl.orchestrator.orchestrator" in message and "pass --timeout" in message
+    assert "\n" not in message and "Traceback" not in message and "TimeoutExpired" not in message
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__
+
+
+def test_a_slow_import_that_succeeds_is_waited_for_and_announced(tmp_path):
+    checkout = _v1_checkout(tmp_path, "sleep 1\nexit 0")
+    heard: list[tuple[str, int, int]] = []
+    python, root = find_orchestrator_python(str(checkout), "v1", say=lambda *event: heard.append(event))
+    assert (python, root) == (checkout / ".venv" / "bin" / "python", checkout)
+    assert [(done, total) for what, done, total in heard] == [(0, 1), (1, 1)]
+    assert all("importing prime-rl's orchestrator" in what and "can take minutes" in what for what, _, _ in heard)
+
+
+def test_a_failing_import_or_a_python_that_cannot_start_is_one_error_with_the_install_command(tmp_path):
+    checkout = _v1_checkout(tmp_path, "echo 'ModuleNotFoundError: No module named prime_rl' >&2\nexit 1")
+    with pytest.raises(RehearsalError, match=r"cannot import .*\(ModuleNotFoundError: No module named prime_rl\)"):
+        find_orchestrator_python(str(checkout), "v1")
+    (checkout / ".venv" / "bin" / "python").chmod(0o644)
+    with pytest.raises(RehearsalError, match=r"cannot start .*python \(Permission denied\); run .*--commit 559b447"):
+        find_orchestrator_python(str(checkout), "v1")
+
+
+def test_a_derivation_past_its_bound_or_that_cannot_start_is_a_rehearsal_error(tmp_path):
+    import sys
+
+    from air.rehearsal.launch import run_entry
+
+    slow = ["-c", "import time; time.sleep(5)"]
+    with pytest.raises(RehearsalError, match=r"^deriving: waited 1 s for .*time.sleep\(5\).*pass --timeout"):
+        run_entry(Path(sys.executable), slow, tmp_path, "deriving", timeout=1)
+    with pytest.raises(RehearsalError, match=r"^deriving: cannot start .*absent"):
+        run_entry(tmp_path / "absent", ["-c", "pass"], tmp_path, "deriving")
+
+
+def test_the_cli_prints_a_slow_import_as_one_error_line(tmp_path, capsys):
+    checkout = _v1_checkout(tmp_path, "exec sleep 5")
+    v1 = str(ROOT / "configs" / "mlgym-v1" / "rl_2gpu.toml")
+    assert main(["rehearse", "--config", v1, "--prime-rl", str(checkout), "--timeout", "1"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("air: error: waited 1 s for") and len(err.strip().splitlines()) == 1
+    assert "Traceback" not in err
