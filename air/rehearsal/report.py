@@ -36,9 +36,24 @@ class RehearsalReport:
     generation: str = "classic"  # prime-rl c87c19b ("classic") or today's ("v1")
     prime_rl_commit: str = ""
     env_servers: list[dict[str, Any]] = field(default_factory=list)  # v1: per source, where and how many
+    # v1: each branch point of the traces by cause (v1_branches); a branch is one more training sample
+    branch_points: dict[str, int] = field(default_factory=dict)
+    branches_per_rollout: float | None = None  # v1: samples per rollout before zero-advantage ones are dropped
+    # Episodes the env ran (a trajectory each, from this machine's env servers or workers) and those the
+    # orchestrator cancelled mid-run: work thrown away. v1 splits them by prime-rl's reason, from its log:
+    # past max_off_policy_steps (stale) and in flight when the last batch shipped (the final drain).
+    dispatched: int = 0
+    cancelled: int = 0
+    cancelled_stale: int | None = None
+    cancelled_at_end: int | None = None
+
+    @property
+    def cancelled_share(self) -> float:
+        return self.cancelled / self.dispatched if self.dispatched else 0.0
 
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "problems": self.problems(), "warnings": self.warnings()}
+        figures = {**asdict(self), "cancelled_share": self.cancelled_share}
+        return {**figures, "problems": self.problems(), "warnings": self.warnings()}
 
     def problems(self) -> list[str]:
         """What would make the GPU run useless: nothing reaches the trainer, or nothing it could learn."""
@@ -67,8 +82,16 @@ class RehearsalReport:
             )
         if self.zero_advantage_groups:
             found.append(f"{self.zero_advantage_groups} of {self.groups} groups teach nothing (equal rewards)")
+        if self.cancelled_share > CANCELLED_SHARE_WARNING:
+            found.append(
+                f"{self.cancelled} of {self.dispatched} episodes were cancelled after the env ran them "
+                f"({self.cancelled_share:.0%}): raise orchestrator.max_off_policy_steps, or lower "
+                "orchestrator.concurrency.max_inflight"
+            )
         return found
 
+
+CANCELLED_SHARE_WARNING = 0.10
 
 BATCH_FIGURES = (  # fields both generations' batch figures carry under the report's names
     "rollouts",

@@ -22,6 +22,9 @@ HEADLINE = (
     ("loss_mask_ok", "loss mask: model tokens only"),
     ("loss_tokens", "tokens under the loss mask"),
     ("weight_updates", "weight updates the server received"),
+    ("dispatched", "episodes the env ran"),
+    ("cancelled", "of them cancelled by the orchestrator"),
+    ("cancelled_share", "cancelled share"),
     ("seconds_per_step", "seconds per step"),
 )
 
@@ -32,6 +35,10 @@ def show(report: RehearsalReport, console: Console) -> None:
     table.add_column("value", justify="right")
     for key, label in HEADLINE:
         table.add_row(label, _fmt(getattr(report, key)))
+    if report.branches_per_rollout is not None:
+        table.add_row("branches per rollout (1: every turn extends the last)", _fmt(report.branches_per_rollout))
+    for cause, count in report.branch_points.items():
+        table.add_row(f"branch points: {cause}", _fmt(count))
     for key, value in report.env_metrics.items():
         table.add_row(f"env {key}", _fmt(value))
     console.print(table)

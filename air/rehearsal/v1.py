@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +28,7 @@ from air.rehearsal.errors import RehearsalError
 from air.rehearsal.launch import (
     Launched,
     commit_of,
+    count_episodes,
     entry_env,
     mean_of,
     new_output_folder,
@@ -74,7 +76,7 @@ def rehearse_v1(settings, path: Path, raw: dict[str, Any], say: Callable[[str, i
     from air.agents.server import PolicyServer
 
     plan = plan_v1(path, raw, settings.external_env_servers)
-    python, root = find_orchestrator_python(settings.prime_rl, "v1")
+    python, root = find_orchestrator_python(settings.prime_rl, "v1", say=say, timeout_s=settings.timeout_s)
     if managed_sources(plan):
         check_docker(plan.env_images)
     check_tasksets_load(plan)
@@ -98,6 +100,7 @@ def rehearse_v1(settings, path: Path, raw: dict[str, Any], say: Callable[[str, i
             ["-m", ENTRY, "derive", str(out / "rehearsal.json"), str(configs)],
             out,
             f"prime-rl could not load {path} (as changed for the rehearsal: {out / 'rehearsal.json'})",
+            timeout=settings.timeout_s,
         )
         orchestrator_config = json.loads((configs / "orchestrator.json").read_text())
         started = time.time()
@@ -190,9 +193,12 @@ def build_v1_report(
     special = {tokenizer.convert_tokens_to_ids(token) for token in ("<|im_start|>", "<|endoftext|>")}
     algo = (plan.raw.get("orchestrator") or {}).get("algo") or {}
     grpo = algo.get("type", "grpo") == "grpo" and not algo.get("length_penalty")
-    batch: V1Figures = v1_figures(samples, traces, special, check_advantages=grpo)
+    decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=False)  # noqa: E731
+    batch: V1Figures = v1_figures(samples, traces, special, check_advantages=grpo, decode=decode)
     trainer = [json.loads(line) for line in read(out / "trainer.jsonl").splitlines() if line.strip()]
     logged = [json.loads(line) for line in read(run_dir / "metrics.jsonl").splitlines() if line.strip()]
+    dispatched, cancelled = count_episodes(out / "trajectories")
+    stale, at_end = cancellations_logged(read(out / "logs" / "orchestrator.log"))
     return report_from(
         batch,
         trainer,
@@ -209,7 +215,28 @@ def build_v1_report(
         env_servers=[
             {**server, "rollouts": 0, "samples": 0, **batch.by_source.get(server["source"], {})} for server in servers
         ],
+        branch_points=batch.branch_points,
+        branches_per_rollout=batch.branches_per_rollout,
+        dispatched=dispatched,
+        cancelled=cancelled,
+        cancelled_stale=stale,
+        cancelled_at_end=at_end,
     )
+
+
+# prime-rl 559b447's own words when it cancels episodes (orchestrator/dispatcher.py, orchestrator.py)
+STALE_LINE = re.compile(r"Cancelled (\d+) train episodes past max_off_policy_steps")
+DRAIN_LINE = re.compile(r"draining pipeline \(cancelled (\d+) in-flight")
+
+
+def cancellations_logged(log: str) -> tuple[int | None, int | None]:
+    """(episodes prime-rl cancelled as stale, in flight at the final drain), from its log; None where
+    its log has no such line at all (another prime-rl version words it otherwise)."""
+    stale = [int(m.group(1)) for m in STALE_LINE.finditer(log)]
+    drained = [int(m.group(1)) for m in DRAIN_LINE.finditer(log)]
+    if not stale and not drained and "draining pipeline" not in log:
+        return None, None
+    return sum(stale), sum(drained)
 
 
 __all__ = ["rehearse_v1"]

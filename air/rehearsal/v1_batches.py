@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from air.rehearsal.batches import BatchFormatError
+from air.rehearsal.v1_branches import branch_causes
 
 MICRO_BATCH_FIELDS = ("input_ids", "loss_mask", "advantages", "inference_logprobs", "position_ids")
 
@@ -48,6 +50,7 @@ class V1Trace:
     ok: bool
     reward: float
     branches: list[tuple[list[int], list[bool]]]  # (token ids, the mask prime-rl trains on)
+    nodes: list[dict[str, Any]] = field(default_factory=list)  # the message graph, for its branch points
 
     @property
     def sampled(self) -> bool:
@@ -97,7 +100,8 @@ def read_traces(path: Path, step: int) -> list[V1Trace]:
                 rewards = trace.get("rewards") or {}
                 reward = sum(r["score"] * r.get("weight", 1.0) for r in rewards.values() if r)
                 ok = bool(trace.get("ok")) and bool(episode.get("ok", True))
-                traces.append(V1Trace(step, source, group, ok, reward, branches_of(trace["nodes"])))
+                nodes = trace["nodes"]
+                traces.append(V1Trace(step, source, group, ok, reward, branches_of(nodes), nodes))
             if not episode["traces"]:  # failed before any trace: an errored rollout of its group
                 traces.append(V1Trace(step, source, group, False, 0.0, []))
         except (ValueError, KeyError, TypeError) as exc:
@@ -149,6 +153,8 @@ class V1Figures:
     samples_per_rollout: float
     loss_tokens: int
     by_source: dict[str, dict[str, int]] = field(default_factory=dict)
+    branch_points: dict[str, int] = field(default_factory=dict)  # by cause (v1_branches)
+    branches_per_rollout: float = 0.0  # samples a rollout makes before zero-advantage samples are dropped
 
 
 def v1_figures(
@@ -157,9 +163,11 @@ def v1_figures(
     special_ids: set[int],
     check_advantages: bool = True,
     tolerance: float = 1e-5,
+    decode: Any = None,
 ) -> V1Figures:
     """``special_ids``: tokens a model turn never trains on but an env turn starts with (ChatML's
-    ``<|im_start|>``). ``check_advantages``: GRPO without length shaping, whose rule is checked."""
+    ``<|im_start|>``). ``check_advantages``: GRPO without length shaping, whose rule is checked.
+    ``decode``: token ids -> text (special tokens kept), to tell the branch points' causes."""
     groups: dict[str, list[V1Trace]] = {}
     for trace in traces:
         groups.setdefault(trace.group, []).append(trace)
@@ -204,6 +212,9 @@ def v1_figures(
         values = [expected[id(t)] for t in members if id(t) in expected]
         zero_groups += all(abs(v) <= tolerance for v in values)
     steps = {s.step for s in samples}
+    branch_points: Counter[str] = Counter()
+    for trace in traces:
+        branch_points += branch_causes(trace.nodes, decode or (lambda ids: " ".join(map(str, ids))))
     return V1Figures(
         steps=len(steps),
         samples=len(samples),
@@ -225,6 +236,12 @@ def v1_figures(
         samples_per_rollout=len(samples) / len(traces) if traces else 0.0,
         loss_tokens=sum(sum(s.loss_mask) for s in samples),
         by_source=by_source,
+        branch_points=dict(sorted(branch_points.items())),
+        branches_per_rollout=(
+            sum(len(t.branches) for t in traces if t.sampled) / sum(t.sampled for t in traces)
+            if any(t.sampled for t in traces)
+            else 0.0
+        ),
     )
 
 

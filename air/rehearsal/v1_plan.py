@@ -129,8 +129,11 @@ def rehearsal_config(
     orchestrator.setdefault("model", {})["client"] = {"base_url": base_url}
     orchestrator["renderer"] = {"name": "default"}
     orchestrator["env_server_base_port"] = base_port
+    concurrency = orchestrator.setdefault("concurrency", {})
     inflight = max(plan.batch_size or plan.group_size, plan.group_size)
-    orchestrator.setdefault("concurrency", {})["initial_inflight"] = inflight
+    if concurrency.get("max_inflight"):  # prime-rl refuses a start above the config's ceiling
+        inflight = min(inflight, int(concurrency["max_inflight"]))
+    concurrency.setdefault("initial_inflight", inflight)
     for source in orchestrator.get("train", {}).get("source", []):
         if (source.get("serve") or {}).get("address"):
             continue  # externally managed: its env server has its own config
