@@ -103,7 +103,7 @@ fi
 section "uv sync"
 # With the `tiny` extra (torch, transformers): `air tiny-model`, `air policy-server --vllm` and their
 # tests. On Linux, PyPI's torch brings its CUDA libraries too (a few GB, once; cached by uv after).
-uv sync --locked --extra tiny
+uv sync --locked --extra tiny --compile-bytecode  # compiled once: every later process imports faster
 
 section "sandbox image"
 uv run air build-image

@@ -6,6 +6,8 @@
 # in one environment is fine.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# What uv installs for a run (.venv-v1 on its first sync) is compiled once, not by every test's process.
+export UV_COMPILE_BYTECODE=${UV_COMPILE_BYTECODE:-1}
 
 run() {
     "$@"
