@@ -25,7 +25,8 @@ def node(parent, role, content, text, sampled=False, reasoning=None) -> dict:
     message = {"role": role, "content": content}
     if reasoning is not None:
         message["reasoning_content"] = reasoning
-    return {"parent": parent, "message": message, "sampled": sampled, "token_ids": text if isinstance(text, list) else ids(text)}
+    tokens = text if isinstance(text, list) else ids(text)
+    return {"parent": parent, "message": message, "sampled": sampled, "token_ids": tokens}
 
 
 def trace_with_fork(sampled: dict, rendered: dict) -> list[dict]:

@@ -37,8 +37,9 @@ def test_the_player_is_the_seats_default_and_null_stays_a_choice() -> None:
     tuned = {"harness": {"id": TASKSET, "model_timeout": 5, "model_retries": 0}}
     harness = loaders.resolve_env_config({"taskset": {"id": TASKSET}, "player": tuned}).player.harness
     assert (harness.model_timeout, harness.model_retries) == (5.0, 0)
+    typo = {"harness": {"id": TASKSET, "model_timout": 5}}
     with pytest.raises(Exception, match="model_timout"):
-        loaders.resolve_env_config({"taskset": {"id": TASKSET}, "player": {"harness": {"id": TASKSET, "model_timout": 5}}})
+        loaders.resolve_env_config({"taskset": {"id": TASKSET}, "player": typo})
 
 
 def _run_id(tmp_path: Path) -> str:
@@ -171,7 +172,9 @@ def broken_endpoint():
 
 
 @pytest.mark.docker
-def test_a_failed_model_call_fails_the_trace_with_the_endpoints_words(docker_image, tmp_path, programs, broken_endpoint):
+def test_a_failed_model_call_fails_the_trace_with_the_endpoints_words(
+    docker_image, tmp_path, programs, broken_endpoint
+) -> None:
     (episode,) = _episodes(tmp_path, broken_endpoint())
     (trace,) = episode.traces
     assert not episode.ok and not trace.ok and not trace.rewards
