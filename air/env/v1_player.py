@@ -5,9 +5,10 @@ model turn: on a 2-core host that was 128-168 s of an episode's 144-181 s (exper
 contract allows the loop in-process (``Harness.launch``'s docstring): "a harness may run its loop
 in-process instead of launching a program, as long as every model call goes through ``endpoint`` +
 ``secret``". So each model turn here is one POST to the rollout's interception endpoint, with the
-rollout's secret, from this process: the interception server does what it does for the ``null``
-program (sampling arguments, the renderer's token ids and logprobs, limits, the trace), and this
-module only keeps the conversation, as the ``null`` program's ``messages`` list would.
+rollout's secret, from this process, with the body the null program's openai client sends (model and
+messages): the interception server does what it does for the ``null`` program (sampling arguments, the
+renderer's token ids and logprobs, limits, the trace), and this module only keeps the conversation, as
+the ``null`` program's ``messages`` list would.
 
 No program, no uv, no subprocess: not per turn, not per episode. The seat's runtime (``subprocess``)
 is still provisioned by verifiers, which makes a folder per episode and runs nothing in it.
@@ -20,13 +21,13 @@ of the cause (a provider error, a refused turn) wins where it has one.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import ssl
 from functools import cache
 from typing import Any
 
 import httpx
-import openai
 import verifiers.v1 as vf
 from pydantic import Field
 from verifiers.v1.dialects.chat import message_to_wire
@@ -34,6 +35,9 @@ from verifiers.v1.dialects.chat import message_to_wire
 # A model that keeps calling tools it was never offered ends its segment after this many rounds (the
 # null program would loop for ever); each round answers every call with the null program's error.
 MAX_TOOL_ROUNDS = 4
+RETRY_HEADER = "x-stainless-retry-count"  # the openai SDK's retry mark, which the interception server reads
+RETRIED_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})  # what the openai SDK retries
+RETRY_PAUSE_S = 0.5
 
 
 class MLGymPlayerConfig(vf.HarnessConfig):
@@ -96,14 +100,14 @@ class PlayerSession(vf.HarnessSession):
         super().__init__(*args, **kwargs)
         config = self.harness.config
         self.messages: list[dict[str, Any]] = []
-        self.client = openai.AsyncOpenAI(
-            base_url=self.endpoint,
-            api_key=self.secret,
+        # Plain HTTP, the body the null program's openai client sends (model and messages), without the
+        # SDK's per-message request transform and response models: O(history) work per turn, twice over
+        # a long conversation. One TLS context per process (loading the CA bundle costs ~20 ms).
+        self.http = httpx.AsyncClient(
+            base_url=self.endpoint.rstrip("/") + "/",
+            headers={"Authorization": f"Bearer {self.secret}"},
             timeout=httpx.Timeout(config.model_timeout, connect=5.0),
-            max_retries=config.model_retries,
-            # A client per episode, one TLS context per process: loading the CA bundle costs ~20 ms of the
-            # event loop's time, once per episode otherwise (the endpoint is loopback HTTP unless tunnelled).
-            http_client=openai.DefaultAsyncHttpxClient(verify=_tls_context()),
+            verify=_tls_context(),
         )
 
     async def _run(self, messages: Any) -> vf.ProgramResult:
@@ -113,13 +117,13 @@ class PlayerSession(vf.HarnessSession):
             self.messages.append(message if isinstance(message, dict) else message_to_wire(message))
         for _ in range(MAX_TOOL_ROUNDS):
             reply = await self._ask()
-            self.messages.append(reply.model_dump(exclude_none=True))
-            if not reply.tool_calls:
+            self.messages.append({key: value for key, value in reply.items() if value is not None})
+            if not reply.get("tool_calls"):
                 break
-            for call in reply.tool_calls:  # no tool is offered: the null program's answer
-                name = getattr(getattr(call, "function", None), "name", "")
+            for call in reply["tool_calls"]:  # no tool is offered: the null program's answer
+                name = (call.get("function") or {}).get("name", "")
                 self.messages.append(
-                    {"role": "tool", "tool_call_id": call.id, "content": f"error: unknown tool {name!r}"}
+                    {"role": "tool", "tool_call_id": call.get("id"), "content": f"error: unknown tool {name!r}"}
                 )
         return vf.ProgramResult(exit_code=0, stdout="", stderr="")
 
@@ -132,25 +136,42 @@ class PlayerSession(vf.HarnessSession):
             opening += [m if isinstance(m, dict) else message_to_wire(m) for m in prompt]
         return opening
 
-    async def _ask(self) -> Any:
-        try:
-            completion = await self.client.chat.completions.create(model=self.ctx.model, messages=self.messages)
-        except openai.APIStatusError as exc:
-            raise vf.HarnessError(f"model call failed: HTTP {exc.status_code}: {_message(exc)}") from exc
-        except openai.APITimeoutError as exc:
-            tries = self.harness.config.model_retries + 1
-            raise vf.InterceptionError(
-                f"model call timed out: no answer in {self.harness.config.model_timeout:g} s ({tries} tries)"
-            ) from exc
-        except openai.APIConnectionError as exc:
-            raise vf.InterceptionError(f"model call failed: cannot reach {self.endpoint}: {exc}") from exc
-        if not completion.choices:
-            raise vf.HarnessError("model call failed: the endpoint answered with no choice")
-        return completion.choices[0].message
+    async def _ask(self) -> dict[str, Any]:
+        """One chat completion. Retried like the openai SDK retries (a dropped connection, a timeout, 408,
+        409, 429, 5xx), marking each retry with its ``x-stainless-retry-count`` header: the interception
+        server answers a marked retry with the turn it already recorded instead of sampling it twice."""
+        config = self.harness.config
+        body = {"model": self.ctx.model, "messages": self.messages}
+        for attempt in range(config.model_retries + 1):
+            last = attempt == config.model_retries
+            headers = {RETRY_HEADER: str(attempt)} if attempt else None
+            try:
+                response = await self.http.post("chat/completions", json=body, headers=headers)
+            except httpx.TimeoutException as exc:
+                if last:
+                    raise vf.InterceptionError(
+                        f"model call timed out: no answer in {config.model_timeout:g} s ({attempt + 1} tries)"
+                    ) from exc
+                continue
+            except httpx.TransportError as exc:
+                if last:
+                    raise vf.InterceptionError(f"model call failed: cannot reach {self.endpoint}: {exc}") from exc
+                await asyncio.sleep(RETRY_PAUSE_S * 2**attempt)
+                continue
+            if response.status_code in RETRIED_STATUSES and not last:
+                await asyncio.sleep(RETRY_PAUSE_S * 2**attempt)
+                continue
+            if response.status_code >= 400:
+                raise vf.HarnessError(f"model call failed: HTTP {response.status_code}: {_message(response)}")
+            try:
+                return response.json()["choices"][0]["message"]
+            except (ValueError, KeyError, IndexError, TypeError) as exc:
+                raise vf.HarnessError(f"model call failed: not a chat completion: {response.text[:300]!r}") from exc
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     async def close(self) -> None:
         if not self._closed:
-            await self.client.close()
+            await self.http.aclose()
         await super().close()
 
 
@@ -162,15 +183,16 @@ def _tls_context() -> ssl.SSLContext:
 PLAYER = {"id": "air_mlgym"}  # the seat's harness table: air_mlgym exports MLGymPlayer
 
 
-def _message(exc: openai.APIStatusError) -> str:
+def _message(response: httpx.Response) -> str:
     """The endpoint's own words: OpenAI's ``{"error": {"message": ...}}``, else the body's text."""
-    body = exc.body
-    if isinstance(body, dict):
-        error = body.get("error", body)
-        if isinstance(error, dict) and error.get("message"):
-            return str(error["message"])
-        return json.dumps(body)[:500]
-    return str(body or exc.message)[:500]
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text[:500] or response.reason_phrase
+    error = body.get("error", body) if isinstance(body, dict) else body
+    if isinstance(error, dict) and error.get("message"):
+        return str(error["message"])
+    return json.dumps(body)[:500]
 
 
 __all__ = ["MLGymPlayer", "MLGymPlayerConfig"]

@@ -2,6 +2,8 @@
 ``install_prime_rl.sh --orchestrator-only --commit 559b447``), with one env server the rehearsal starts and
 one started separately, as on another node: prime-rl's own ``env_server`` entry point with its containers
 on a second Docker engine (``scripts/second_docker_engine.sh``; needs root and dockerd, else it skips).
+The rehearsal's server seats air_mlgym's in-process player, the separate one verifiers' ``null`` harness:
+prime-rl's env server runs both.
 
 Checked: the report's figures, rollouts from both servers, the second engine's containers (its event
 log), and nothing left behind on either engine once the run and the separate server are stopped."""
@@ -35,7 +37,7 @@ max_turns = 4
 image = "{image}"
 run_id = "{run_id}"
 [orchestrator.train.source.env.player.harness]
-id = "null"
+id = "air_mlgym"
 [orchestrator.train.source.env.player.runtime]
 type = "subprocess"
 """
@@ -150,6 +152,15 @@ def test_rehearse_v1_with_an_env_server_on_a_second_engine(
     assert servers["lane"]["started_by"].startswith("separately") and servers["loan"]["started_by"] == "the rehearsal"
     assert servers["lane"]["rollouts"] > 0 and servers["loan"]["rollouts"] > 0
     assert "train/agg/all/player/metrics/format_errors/mean" in report["env_metrics"]
+    assert report["dispatched"] >= report["rollouts"] - servers["lane"]["rollouts"] and "cancelled_share" in report
+    harnesses: dict[str, set[str]] = {}
+    for path in (out / "run" / "rollouts").glob("step_*/train/all/traces.jsonl"):
+        for line in path.read_text().splitlines():
+            episode = json.loads(line)
+            for trace in episode["traces"]:
+                harness = trace["agent"]["config"]["harness"]["id"]
+                harnesses.setdefault(episode["env"]["name"], set()).add(harness)
+    assert harnesses == {"loan": {"air_mlgym"}, "lane": {"null"}}, harnesses
 
     first_engine = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
     since, until = str(int(started) - 1), str(int(time.time()) + 1)

@@ -92,6 +92,7 @@ def test_vf_eval_scores_air_mlgym_rollouts(docker_image: str, tmp_path: Path) ->
     for episode in episodes:
         assert episode["ok"], episode["errors"]
         (trace,) = episode["traces"]
+        assert trace["agent"]["config"]["harness"]["id"] == "air_mlgym", "the seat's default: the in-process player"
         reward = trace["rewards"]["mlgym_reward"]["score"]
         assert reward > 0, "the improve policy beats laneMerge's baseline"
         assert trace["metrics"]["submitted"] == 1.0 and trace["metrics"]["laneMerge/best_score"] > 0
@@ -102,6 +103,19 @@ def test_vf_eval_scores_air_mlgym_rollouts(docker_image: str, tmp_path: Path) ->
         # the conversation the model saw is the one the env answered: one model message per turn
         assert sum(1 for node in trace["nodes"] if node.get("sampled")) == len(commands)
     assert _our_containers(tmp_path) == []
+
+
+@pytest.mark.docker
+def test_vf_eval_seats_the_null_harness_when_asked(docker_image: str, tmp_path: Path) -> None:
+    with PolicyServer("improve") as server:
+        (episode,) = _vf_eval(
+            tmp_path, server.base_url, "-n", "1", "-r", "1", "--env.player.harness.id", "null",
+            "--env.taskset.task-configs", '["laneMerge"]', "--env.taskset.max-turns", "6",
+        )  # fmt: skip
+    assert episode["ok"], episode["errors"]
+    (trace,) = episode["traces"]
+    assert trace["agent"]["config"]["harness"]["id"] == "null"
+    assert trace["rewards"]["mlgym_reward"]["score"] > 0 and trace["info"]["exit_status"] == "submitted"
 
 
 @pytest.mark.docker
