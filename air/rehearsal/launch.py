@@ -138,6 +138,35 @@ def reap_containers() -> None:
         pass
 
 
+def step_timing(out: Path, launched_at: float, elapsed: float, steps: int) -> dict[str, float | None]:
+    """``seconds_per_step``: from the first rollout's start to the last batch the stand-in trainer
+    received, per step: the work that repeats every step. ``startup_s``: from launching prime-rl's
+    processes to the first rollout (imports, env servers, the first containers), once per run.
+    Without a trajectory or a received batch to time, the whole wall time per step and no start-up."""
+    import json
+    from datetime import datetime
+
+    first: float | None = None
+    for path in (out / "trajectories").rglob("*.json") if (out / "trajectories").is_dir() else []:
+        try:
+            began = datetime.fromisoformat(json.loads(path.read_text())["started_at"]).timestamp()
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        first = began if first is None else min(first, began)
+    received = [
+        entry["received_at"]
+        for line in read(out / "trainer.jsonl").splitlines()
+        if line.strip() and "received_at" in (entry := json.loads(line))
+    ]
+    if first is None or not received or max(received) <= first or first < launched_at:
+        return {"seconds_per_step": elapsed / max(steps, 1), "startup_s": None, "wall_s": elapsed}
+    return {
+        "seconds_per_step": (max(received) - first) / max(steps, 1),
+        "startup_s": first - launched_at,
+        "wall_s": elapsed,
+    }
+
+
 def count_episodes(trajectory_dir: Path) -> tuple[int, int]:
     """(episodes that wrote a trajectory, of which cancelled): every episode the env ran here, since a
     cancelled one records itself too (``exit_status: cancelled``)."""

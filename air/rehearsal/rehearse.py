@@ -37,6 +37,7 @@ from air.rehearsal.launch import (
     read,
     reap_containers,
     run_entry,
+    step_timing,
     tiny_model,
     wait_for_steps,
 )
@@ -166,6 +167,10 @@ def rehearse_classic(settings: RehearsalSettings, path: Path, raw: dict[str, Any
         elapsed = time.time() - started
         weight_updates = len(server.app.vllm.weight_updates)
     report = build_report(plan, settings, out, model_dir, elapsed, weight_updates)
+    timing = step_timing(out, started, elapsed, report.steps_completed)
+    report.seconds_per_step, report.startup_s, report.wall_s = (
+        timing[k] for k in ("seconds_per_step", "startup_s", "wall_s")
+    )
     report.prime_rl_commit = commit_of(root)
     return report
 

@@ -42,6 +42,9 @@ class RehearsalReport:
     # Episodes the env ran (a trajectory each, from this machine's env servers or workers) and those the
     # orchestrator cancelled mid-run: work thrown away. v1 splits them by prime-rl's reason, from its log:
     # past max_off_policy_steps (stale) and in flight when the last batch shipped (the final drain).
+    # seconds_per_step counts from the first rollout to the last batch; what came before is startup_s
+    startup_s: float | None = None
+    wall_s: float = 0.0
     dispatched: int = 0
     cancelled: int = 0
     cancelled_stale: int | None = None
@@ -114,9 +117,10 @@ BATCH_FIGURES = (  # fields both generations' batch figures carry under the repo
 def report_from(batch: Any, trainer: list[dict[str, Any]], elapsed: float, **rest: Any) -> RehearsalReport:
     """A report from either generation's batch figures (``BatchFigures``, ``V1Figures``), the stand-in
     trainer's lines, the run's wall time and the rest of the report's fields."""
+    rest.setdefault("seconds_per_step", elapsed / max(batch.steps, 1))
+    rest.setdefault("wall_s", elapsed)
     return RehearsalReport(
         steps_completed=batch.steps,
-        seconds_per_step=elapsed / max(batch.steps, 1),
         trainer_errors=[f"step {t['step']}: {t['error']}" for t in trainer if "error" in t],
         **{name: getattr(batch, name) for name in BATCH_FIGURES},
         **rest,

@@ -25,7 +25,9 @@ HEADLINE = (
     ("dispatched", "episodes the env ran"),
     ("cancelled", "of them cancelled by the orchestrator"),
     ("cancelled_share", "cancelled share"),
-    ("seconds_per_step", "seconds per step"),
+    ("seconds_per_step", "seconds per step (first rollout to last batch)"),
+    ("startup_s", "seconds of start-up (processes launched to first rollout)"),
+    ("wall_s", "seconds in all"),
 )
 
 

@@ -35,6 +35,7 @@ from air.rehearsal.launch import (
     read,
     reap_containers,
     run_entry,
+    step_timing,
     tiny_model,
     wait_for_steps,
 )
@@ -108,6 +109,10 @@ def rehearse_v1(settings, path: Path, raw: dict[str, Any], say: Callable[[str, i
         elapsed = time.time() - started
         weight_updates = len(server.app.vllm.weight_updates)
     report = build_v1_report(plan, settings, out, model_dir, elapsed, weight_updates, orchestrator_config, servers)
+    timing = step_timing(out, started, elapsed, report.steps_completed)
+    report.seconds_per_step, report.startup_s, report.wall_s = (
+        timing[k] for k in ("seconds_per_step", "startup_s", "wall_s")
+    )
     report.prime_rl_commit = commit_of(root)
     return report
 

@@ -112,3 +112,28 @@ def test_the_report_carries_the_cancelled_share_and_warns_past_a_tenth() -> None
     (warning,) = [w for w in wasteful.warnings() if "cancelled" in w]
     assert "26 of 82" in warning and "max_inflight" in warning and "max_off_policy_steps" in warning
     assert wasteful.problems() == [], "thrown-away work is a warning: the batches still teach"
+
+
+def test_seconds_per_step_count_from_the_first_rollout_and_start_up_apart(tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    from air.rehearsal.launch import step_timing
+
+    launched = 1_000_000.0
+    folder = tmp_path / "trajectories" / "laneMerge"
+    folder.mkdir(parents=True)
+    for index, began in enumerate((launched + 30, launched + 31, launched + 45)):
+        started_at = datetime.fromtimestamp(began, UTC).isoformat()
+        (folder / f"{index}.json").write_text(json.dumps({"started_at": started_at, "exit_status": "submitted"}))
+    received = [launched + 50, launched + 65, launched + 90]
+    (tmp_path / "trainer.jsonl").write_text(
+        "".join(json.dumps({"step": i, "received_at": t}) + "\n" for i, t in enumerate(received))
+    )
+    timing = step_timing(tmp_path, launched, elapsed=100.0, steps=3)
+    assert timing == {"seconds_per_step": 20.0, "startup_s": 30.0, "wall_s": 100.0}
+    # nothing to time by: the whole wall time per step, no start-up figure
+    assert step_timing(tmp_path / "empty", launched, 100.0, 3) == {
+        "seconds_per_step": 100 / 3,
+        "startup_s": None,
+        "wall_s": 100.0,
+    }
