@@ -86,10 +86,14 @@ class RehearsalReport:
         if self.zero_advantage_groups:
             found.append(f"{self.zero_advantage_groups} of {self.groups} groups teach nothing (equal rewards)")
         if self.cancelled_share > CANCELLED_SHARE_WARNING:
+            fix = (
+                "raise orchestrator.max_off_policy_steps, or lower orchestrator.concurrency.max_inflight"
+                if self.generation == "v1"
+                else "prime-rl c87c19b cancels the rollouts still running when it stops: a one-time cost per run"
+            )
             found.append(
                 f"{self.cancelled} of {self.dispatched} episodes were cancelled after the env ran them "
-                f"({self.cancelled_share:.0%}): raise orchestrator.max_off_policy_steps, or lower "
-                "orchestrator.concurrency.max_inflight"
+                f"({self.cancelled_share:.0%}): {fix}"
             )
         return found
 

@@ -108,7 +108,7 @@ def test_the_report_carries_the_cancelled_share_and_warns_past_a_tenth() -> None
     assert figures["cancelled"] == 4 and figures["cancelled_share"] == 4 / 52
     assert figures["branch_points"] == {"retokenized": 1} and figures["branches_per_rollout"] == 1.02
     assert not any("cancelled" in w for w in fine.warnings())
-    wasteful = _report(dispatched=82, cancelled=26)
+    wasteful = _report(dispatched=82, cancelled=26, generation="v1")
     (warning,) = [w for w in wasteful.warnings() if "cancelled" in w]
     assert "26 of 82" in warning and "max_inflight" in warning and "max_off_policy_steps" in warning
     assert wasteful.problems() == [], "thrown-away work is a warning: the batches still teach"
@@ -137,3 +137,8 @@ def test_seconds_per_step_count_from_the_first_rollout_and_start_up_apart(tmp_pa
         "startup_s": None,
         "wall_s": 100.0,
     }
+
+
+def test_the_classic_generation_is_not_told_of_v1_knobs() -> None:
+    (warning,) = [w for w in _report(dispatched=62, cancelled=10).warnings() if "cancelled" in w]
+    assert "10 of 62" in warning and "max_inflight" not in warning and "when it stops" in warning
