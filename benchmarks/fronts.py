@@ -115,7 +115,8 @@ async def v1(kind: str, count: int, out: Path, harness: str) -> dict:
     policy = StampedPolicy() if turns else make_policy("improve")
     os.environ["AIR_BENCH_KEY"] = "bench"
     with PolicyServer(policy) as server:
-        ctx = ModelContext(model="bench", client=EvalClientConfig(base_url=server.base_url, api_key_var="AIR_BENCH_KEY"))
+        client = EvalClientConfig(base_url=server.base_url, api_key_var="AIR_BENCH_KEY")
+        ctx = ModelContext(model="bench", client=client)
         async with env.serving():
             if not turns:  # a first rollout pays for lazy imports and the pool's first containers
                 await env.run_episode(task, ctx)
@@ -145,7 +146,8 @@ def measure(front: str, kind: str, count: int) -> dict:
 def run_measurement(front: str, kind: str, count: int) -> dict:
     python = PYTHONS["classic" if front == "classic" else "v1"]
     if not python.exists():
-        fix = "uv sync" if front == "classic" else "UV_PROJECT_ENVIRONMENT=.venv-v1 uv sync --no-group classic --group v1"
+        v1_sync = "UV_PROJECT_ENVIRONMENT=.venv-v1 uv sync --no-group classic --group v1"
+        fix = "uv sync" if front == "classic" else v1_sync
         raise SystemExit(f"{python} is missing: run {fix}")
     command = [str(python), __file__, "--measure", front, kind, str(count)]
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
