@@ -58,32 +58,13 @@ class MLGymPlayer(vf.Harness[MLGymPlayerConfig]):
     async def setup(self, runtime: Any) -> None:
         """Nothing to install: the null harness prepares its uv script here."""
 
-    async def session(
-        self,
-        ctx: Any,
-        trace: Any,
-        runtime: Any,
-        endpoint: str,
-        secret: str,
-        mcp_urls: dict[str, str],
-        data: Any,
-        tool_interception_url: str | None = None,
-    ) -> PlayerSession:
-        return PlayerSession(self, ctx, trace, runtime, endpoint, secret, mcp_urls, data, tool_interception_url)
+    async def session(self, *args: Any, **kwargs: Any) -> PlayerSession:
+        """verifiers' arguments as they come (ctx, trace, runtime, endpoint, secret, mcp_urls, data)."""
+        return PlayerSession(self, *args, **kwargs)
 
-    async def launch(
-        self,
-        ctx: Any,
-        trace: Any,
-        runtime: Any,
-        endpoint: str,
-        secret: str,
-        mcp_urls: dict[str, str],
-        data: Any,
-        **_: Any,
-    ) -> vf.ProgramResult:
+    async def launch(self, *args: Any, **kwargs: Any) -> vf.ProgramResult:
         """One segment on a fresh conversation (``agent.run`` and a resumed relaunch take this path)."""
-        session = PlayerSession(self, ctx, trace, runtime, endpoint, secret, mcp_urls, data)
+        session = PlayerSession(self, *args, **kwargs)
         try:
             return await session._run(None)
         finally:
