@@ -103,7 +103,9 @@ fi
 section "uv sync"
 # With the `tiny` extra (torch, transformers): `air tiny-model`, `air policy-server --vllm` and their
 # tests. On Linux, PyPI's torch brings its CUDA libraries too (a few GB, once; cached by uv after).
-uv sync --locked --extra tiny --compile-bytecode  # compiled once: every later process imports faster
+# A new venv's bytecode is compiled once here (every later process imports faster, also where
+# PYTHONDONTWRITEBYTECODE is set); a re-run only checks, without re-checking 19,000 compiled files.
+if [[ -d .venv ]]; then uv sync --locked --extra tiny; else uv sync --locked --extra tiny --compile-bytecode; fi
 
 section "sandbox image"
 uv run air build-image
