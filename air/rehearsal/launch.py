@@ -4,10 +4,13 @@ them with every container they left."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -138,49 +141,32 @@ def reap_containers() -> None:
         pass
 
 
-def step_timing(out: Path, launched_at: float, elapsed: float, steps: int) -> dict[str, float | None]:
-    """``seconds_per_step``: from the first rollout's start to the last batch the stand-in trainer
-    received, per step: the work that repeats every step. ``startup_s``: from launching prime-rl's
-    processes to the first rollout (imports, env servers, the first containers), once per run.
-    Without a trajectory or a received batch to time, the whole wall time per step and no start-up."""
-    import json
-    from datetime import datetime
+@dataclass
+class Episodes:
+    """The episodes the env ran here, from their trajectories (a cancelled one records itself too)."""
 
-    first: float | None = None
-    for path in (out / "trajectories").rglob("*.json") if (out / "trajectories").is_dir() else []:
-        try:
-            began = datetime.fromisoformat(json.loads(path.read_text())["started_at"]).timestamp()
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        first = began if first is None else min(first, began)
-    received = [
-        entry["received_at"]
-        for line in read(out / "trainer.jsonl").splitlines()
-        if line.strip() and "received_at" in (entry := json.loads(line))
-    ]
-    if first is None or not received or max(received) <= first or first < launched_at:
-        return {"seconds_per_step": elapsed / max(steps, 1), "startup_s": None, "wall_s": elapsed}
-    return {
-        "seconds_per_step": (max(received) - first) / max(steps, 1),
-        "startup_s": first - launched_at,
-        "wall_s": elapsed,
-    }
+    dispatched: int = 0
+    cancelled: int = 0
+    first_started: float | None = None  # epoch seconds of the earliest episode's start
 
 
-def count_episodes(trajectory_dir: Path) -> tuple[int, int]:
-    """(episodes that wrote a trajectory, of which cancelled): every episode the env ran here, since a
-    cancelled one records itself too (``exit_status: cancelled``)."""
-    import json
-
-    dispatched = cancelled = 0
+def read_episodes(trajectory_dir: Path) -> Episodes:
+    """One pass over the run's trajectories: how many, how many cancelled, when the first began."""
+    found = Episodes()
     for path in sorted(trajectory_dir.rglob("*.json")) if trajectory_dir.is_dir() else []:
         try:
-            status = json.loads(path.read_text()).get("exit_status")
+            record = json.loads(path.read_text())
+            status = record.get("exit_status")
         except (OSError, ValueError, AttributeError):
             continue
-        dispatched += 1
-        cancelled += status == "cancelled"
-    return dispatched, cancelled
+        found.dispatched += 1
+        found.cancelled += status == "cancelled"
+        try:
+            began = datetime.fromisoformat(record["started_at"]).timestamp()
+        except (KeyError, TypeError, ValueError):
+            continue
+        found.first_started = began if found.first_started is None else min(found.first_started, began)
+    return found
 
 
 def commit_of(root: Path) -> str:

@@ -30,14 +30,13 @@ from air.rehearsal.errors import RehearsalError
 from air.rehearsal.launch import (
     Launched,
     commit_of,
-    count_episodes,
     entry_env,
     mean_of,
     new_output_folder,
     read,
+    read_episodes,
     reap_containers,
     run_entry,
-    step_timing,
     tiny_model,
     wait_for_steps,
 )
@@ -166,11 +165,7 @@ def rehearse_classic(settings: RehearsalSettings, path: Path, raw: dict[str, Any
         run_orchestrator(python, orch_toml, out, settings, say)
         elapsed = time.time() - started
         weight_updates = len(server.app.vllm.weight_updates)
-    report = build_report(plan, settings, out, model_dir, elapsed, weight_updates)
-    timing = step_timing(out, started, elapsed, report.steps_completed)
-    report.seconds_per_step, report.startup_s, report.wall_s = (
-        timing[k] for k in ("seconds_per_step", "startup_s", "wall_s")
-    )
+    report = build_report(plan, settings, out, model_dir, elapsed, weight_updates, launched_at=started)
     report.prime_rl_commit = commit_of(root)
     return report
 
@@ -202,6 +197,8 @@ def build_report(
     model_dir: Path,
     elapsed: float,
     weight_updates: int,
+    *,
+    launched_at: float,
 ) -> RehearsalReport:
     from transformers import AutoTokenizer
 
@@ -219,11 +216,12 @@ def build_report(
     trainer = [json.loads(line) for line in (out / "trainer.jsonl").read_text().splitlines() if line.strip()]
     logged = [json.loads(line) for line in read(out / "metrics.jsonl").splitlines() if line.strip()]
     step_logs = [entry for entry in logged if "reward/mean" in entry or "progress/samples" in entry]
-    dispatched, cancelled = count_episodes(out / "trajectories")
     return report_from(
         batch,
         trainer,
         elapsed,
+        launched_at,
+        read_episodes(out / "trajectories"),
         config=str(plan.path),
         output_dir=str(out),
         steps_requested=settings.steps,
@@ -232,8 +230,6 @@ def build_report(
         env_metrics=mean_of(step_logs, lambda key: key.startswith("metrics/")),
         orchestrator_metrics=mean_of(step_logs, lambda key: key in ORCHESTRATOR_KEYS),
         dropped=plan.dropped,
-        dispatched=dispatched,
-        cancelled=cancelled,
     )
 
 

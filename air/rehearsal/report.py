@@ -118,14 +118,32 @@ BATCH_FIGURES = (  # fields both generations' batch figures carry under the repo
 )
 
 
-def report_from(batch: Any, trainer: list[dict[str, Any]], elapsed: float, **rest: Any) -> RehearsalReport:
+def step_timing(
+    first_started: float | None, trainer: list[dict[str, Any]], launched_at: float, elapsed: float, steps: int
+) -> dict[str, float | None]:
+    """``seconds_per_step``: from the first rollout's start to the last batch the stand-in trainer
+    received, per step: the work that repeats every step. ``startup_s``: from launching prime-rl's
+    processes to the first rollout (imports, env servers, the first containers), once per run.
+    Without a rollout or a received batch to time, the whole wall time per step and no start-up."""
+    received = [entry["received_at"] for entry in trainer if "received_at" in entry]
+    first, per_step = first_started, max(steps, 1)
+    if first is None or not received or max(received) <= first or first < launched_at:
+        return {"seconds_per_step": elapsed / per_step, "startup_s": None, "wall_s": elapsed}
+    return {"seconds_per_step": (max(received) - first) / per_step, "startup_s": first - launched_at, "wall_s": elapsed}
+
+
+def report_from(
+    batch: Any, trainer: list[dict[str, Any]], elapsed: float, launched_at: float, episodes: Any, **rest: Any
+) -> RehearsalReport:
     """A report from either generation's batch figures (``BatchFigures``, ``V1Figures``), the stand-in
-    trainer's lines, the run's wall time and the rest of the report's fields."""
-    rest.setdefault("seconds_per_step", elapsed / max(batch.steps, 1))
-    rest.setdefault("wall_s", elapsed)
+    trainer's lines, the run's wall time from ``launched_at``, the episodes the env ran (``launch.Episodes``)
+    and the rest of the report's fields."""
     return RehearsalReport(
         steps_completed=batch.steps,
         trainer_errors=[f"step {t['step']}: {t['error']}" for t in trainer if "error" in t],
+        dispatched=episodes.dispatched,
+        cancelled=episodes.cancelled,
+        **step_timing(episodes.first_started, trainer, launched_at, elapsed, batch.steps),
         **{name: getattr(batch, name) for name in BATCH_FIGURES},
         **rest,
     )

@@ -28,14 +28,13 @@ from air.rehearsal.errors import RehearsalError
 from air.rehearsal.launch import (
     Launched,
     commit_of,
-    count_episodes,
     entry_env,
     mean_of,
     new_output_folder,
     read,
+    read_episodes,
     reap_containers,
     run_entry,
-    step_timing,
     tiny_model,
     wait_for_steps,
 )
@@ -108,10 +107,8 @@ def rehearse_v1(settings, path: Path, raw: dict[str, Any], say: Callable[[str, i
         servers = run_processes(python, plan, configs, orchestrator_config, out, settings, say)
         elapsed = time.time() - started
         weight_updates = len(server.app.vllm.weight_updates)
-    report = build_v1_report(plan, settings, out, model_dir, elapsed, weight_updates, orchestrator_config, servers)
-    timing = step_timing(out, started, elapsed, report.steps_completed)
-    report.seconds_per_step, report.startup_s, report.wall_s = (
-        timing[k] for k in ("seconds_per_step", "startup_s", "wall_s")
+    report = build_v1_report(
+        plan, settings, out, model_dir, elapsed, weight_updates, orchestrator_config, servers, launched_at=started
     )
     report.prime_rl_commit = commit_of(root)
     return report
@@ -180,6 +177,8 @@ def build_v1_report(
     weight_updates: int,
     orchestrator_config: dict,
     servers: list[dict[str, Any]],
+    *,
+    launched_at: float,
 ) -> RehearsalReport:
     from transformers import AutoTokenizer
 
@@ -202,12 +201,13 @@ def build_v1_report(
     batch: V1Figures = v1_figures(samples, traces, special, check_advantages=grpo, decode=decode)
     trainer = [json.loads(line) for line in read(out / "trainer.jsonl").splitlines() if line.strip()]
     logged = [json.loads(line) for line in read(run_dir / "metrics.jsonl").splitlines() if line.strip()]
-    dispatched, cancelled = count_episodes(out / "trajectories")
     stale, at_end = cancellations_logged(read(out / "logs" / "orchestrator.log"))
     return report_from(
         batch,
         trainer,
         elapsed,
+        launched_at,
+        read_episodes(out / "trajectories"),
         config=str(plan.path),
         output_dir=str(out),
         steps_requested=settings.steps,
@@ -222,8 +222,6 @@ def build_v1_report(
         ],
         branch_points=batch.branch_points,
         branches_per_rollout=batch.branches_per_rollout,
-        dispatched=dispatched,
-        cancelled=cancelled,
         cancelled_stale=stale,
         cancelled_at_end=at_end,
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from air.rehearsal.launch import count_episodes
+from air.rehearsal.launch import read_episodes
 from air.rehearsal.report import RehearsalReport
 from air.rehearsal.v1 import cancellations_logged
 from air.rehearsal.v1_branches import branch_causes
@@ -78,8 +78,9 @@ def test_episodes_are_counted_from_their_trajectories(tmp_path: Path) -> None:
     for index, status in enumerate(["submitted", "cancelled", "max_turns", "cancelled", "error"]):
         (folder / f"{index}.json").write_text(json.dumps({"exit_status": status}))
     (folder / "broken.json").write_text("{not json")
-    assert count_episodes(tmp_path / "trajectories") == (5, 2)
-    assert count_episodes(tmp_path / "nowhere") == (0, 0)
+    found, nowhere = read_episodes(tmp_path / "trajectories"), read_episodes(tmp_path / "nowhere")
+    assert (found.dispatched, found.cancelled) == (5, 2)
+    assert (nowhere.dispatched, nowhere.cancelled) == (0, 0)
 
 
 def test_prime_rls_cancellations_are_read_from_its_log() -> None:
@@ -117,7 +118,7 @@ def test_the_report_carries_the_cancelled_share_and_warns_past_a_tenth() -> None
 def test_seconds_per_step_count_from_the_first_rollout_and_start_up_apart(tmp_path: Path) -> None:
     from datetime import UTC, datetime
 
-    from air.rehearsal.launch import step_timing
+    from air.rehearsal.report import step_timing
 
     launched = 1_000_000.0
     folder = tmp_path / "trajectories" / "laneMerge"
@@ -125,14 +126,12 @@ def test_seconds_per_step_count_from_the_first_rollout_and_start_up_apart(tmp_pa
     for index, began in enumerate((launched + 30, launched + 31, launched + 45)):
         started_at = datetime.fromtimestamp(began, UTC).isoformat()
         (folder / f"{index}.json").write_text(json.dumps({"started_at": started_at, "exit_status": "submitted"}))
-    received = [launched + 50, launched + 65, launched + 90]
-    (tmp_path / "trainer.jsonl").write_text(
-        "".join(json.dumps({"step": i, "received_at": t}) + "\n" for i, t in enumerate(received))
-    )
-    timing = step_timing(tmp_path, launched, elapsed=100.0, steps=3)
+    trainer = [{"step": i, "received_at": t} for i, t in enumerate([launched + 50, launched + 65, launched + 90])]
+    first_started = read_episodes(tmp_path / "trajectories").first_started
+    timing = step_timing(first_started, trainer, launched, elapsed=100.0, steps=3)
     assert timing == {"seconds_per_step": 20.0, "startup_s": 30.0, "wall_s": 100.0}
     # nothing to time by: the whole wall time per step, no start-up figure
-    assert step_timing(tmp_path / "empty", launched, 100.0, 3) == {
+    assert step_timing(read_episodes(tmp_path / "empty").first_started, [], launched, 100.0, 3) == {
         "seconds_per_step": 100 / 3,
         "startup_s": None,
         "wall_s": 100.0,
