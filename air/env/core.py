@@ -194,7 +194,9 @@ class MLGymCore:
         task = rollout.task
         try:
             rollout.sandbox = await self.pool().acquire()
-            rollout.workspace = TaskWorkspace(task, rollout.sandbox, seed=rollout.evaluation_seed)
+            rollout.workspace = TaskWorkspace(
+                task, rollout.sandbox, seed=rollout.evaluation_seed, evaluation_timeout=self.settings.evaluation_timeout
+            )
             await rollout.workspace.setup()
             if self.tools is not None:
                 await rollout.sandbox.put_archive(

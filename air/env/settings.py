@@ -47,6 +47,13 @@ class MLGymEnvSettings(BaseModel):
         description="Seconds for commands whose programs include python/torchrun/accelerate/deepspeed; "
         "default: the task's training_timeout.",
     )
+    evaluation_timeout: float | None = Field(
+        default=None,
+        gt=0,
+        description="Wall-clock seconds one evaluation may take as a whole (freeze to resume); running out is a "
+        "failed evaluation with the no-score penalty. Default: the task's evaluation_timeout, else 120 s for a "
+        "game (Python task), 300 s for a CSV task, training_timeout for a model task.",
+    )
     rollout_time_limit: float | None = Field(
         default=7200.0,
         gt=0,

@@ -9,6 +9,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 DEFAULT_TRAINING_TIMEOUT = 3600
+# The whole evaluation's wall-clock budget by entrypoint, where a task does not set its own: a game plays its
+# matches in seconds, a CSV is scored in seconds; a model task's evaluator may run the trained model at length
+# (None: its training_timeout). Running out is a failed evaluation (the no-score penalty), never a masked rollout.
+DEFAULT_EVALUATION_TIMEOUTS: dict[str, int | None] = {
+    "PythonSubmissionTasks": 120,
+    "CSVSubmissionTasks": 300,
+    "ModelSubmissionTasks": None,
+    "LMSubmissionTasks": None,
+}
 ENTRYPOINTS = ("CSVSubmissionTasks", "PythonSubmissionTasks", "ModelSubmissionTasks", "LMSubmissionTasks")
 
 
@@ -65,6 +74,8 @@ class TaskConfig(BaseModel):
     # And ours: how many values a function of the agent's must return, "module.function" -> length (checked
     # in the evaluator's proxy, Python tasks). Known tasks: KNOWN_RETURN_LENGTHS.
     return_lengths: dict[str, int] | None = None
+    # And ours: the whole evaluation's wall-clock budget in seconds (default: DEFAULT_EVALUATION_TIMEOUTS).
+    evaluation_timeout: int | None = Field(default=None, gt=0)
 
 
 # --- what MLGym's configs do not say ---------------------------------------------------------

@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from air.tasks.config import (
+    DEFAULT_EVALUATION_TIMEOUTS,
     DEFAULT_TRAINING_TIMEOUT,
     KNOWN_PRIMARY_METRICS,
     KNOWN_READ_ONLY_FILES,
@@ -125,6 +126,12 @@ class Task:
     @property
     def training_timeout(self) -> int:
         return self.config.training_timeout or DEFAULT_TRAINING_TIMEOUT
+
+    @property
+    def evaluation_timeout(self) -> int:
+        """The whole evaluation's budget (seconds): the config's, else its entrypoint's, within training_timeout."""
+        default = DEFAULT_EVALUATION_TIMEOUTS.get(self.entrypoint) or self.training_timeout
+        return self.config.evaluation_timeout or min(default, self.training_timeout)
 
     def dataset_docs(self) -> str:
         return "".join(f"{d.name.upper()}:\n{d.description}\n\n" for d in self.datasets)

@@ -21,11 +21,17 @@ from air.sandbox.container import Sandbox
 from air.sandbox.shell import MLGYM_CONDA_BIN
 from air.tasks.config import TaskError, metric_value
 from air.tasks.loader import Task, unique
+from air.tasks.scripts import eval_frame
 
 CONTAINER_SCRIPTS = Path(__file__).resolve().parent / "scripts"  # run as root in the container
 AIR_DIR = "/opt/air"  # root-only folder in the container: pristine copies and our scripts
 AIR_LIB = "/opt/air-lib"  # the evaluation's own code (root's, readable by all, no secrets)
 PRIVATE_COPY = "/opt/air-eval/task"  # the evaluator's copy of the task, unreachable by the agent
+# Beyond the evaluator's budget, what the runner may take: the freeze (<= 10 s), copies, bounded reaping.
+RUNNER_MARGIN_S = 120.0
+# The runner on the image's python3 (an MLGym image's may be elsewhere: then the task's interpreter).
+_RUN_RUNNER = f'exec "$(command -v python3 || echo "$0")" -I -B {AIR_LIB}/eval_runner.py "$@"'
+_THAW = f'exec "$(command -v python3 || echo "$0")" -I -B {AIR_LIB}/agent_freeze.py thaw "$1"'
 
 
 @dataclass(frozen=True)
@@ -73,8 +79,17 @@ def parse_metrics(entrypoint: str, stdout: str) -> dict[str, Any]:
 class TaskWorkspace:
     """A task laid out in one sandbox: set up once, evaluated any number of times."""
 
-    def __init__(self, task: Task, sandbox: Sandbox, agent_code_boundary: bool = True, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        task: Task,
+        sandbox: Sandbox,
+        agent_code_boundary: bool = True,
+        seed: int | None = None,
+        evaluation_timeout: float | None = None,
+    ) -> None:
         self.task = task
+        # The whole evaluation's wall-clock budget (seconds): the setting's, else the task's own.
+        self.evaluation_timeout = evaluation_timeout or task.evaluation_timeout
         self.sandbox = sandbox
         self.python = "python3"
         # The rollout's evaluation seed (None: the evaluators' generators are left unseeded). Each
@@ -153,44 +168,46 @@ class TaskWorkspace:
         """Evaluate the workspace from pristine evaluation files: root prepares, the unprivileged evaluator
         runs the task's script, the agent's code answers from its own process; secrets only present meanwhile."""
         kind, mode, argv = self.evaluation_command()
-        separator = f"=====AIR-EVAL-{secrets.token_hex(8)}====="
-        timeout = self.task.training_timeout
-        # In the environment, not on the command line: the agent's worker may read any process's argv.
-        env = {"AIR_EVAL_SEED": str(evaluation_seed(self.seed, self.evaluations))} if self.seed is not None else None
+        key = secrets.token_bytes(32)  # signs the one frame the runner answers with (eval_frame)
+        budget = self.evaluation_timeout
+        # In the environment, not on the command line: any process may read any process's argv.
+        env = {eval_frame.KEY_VARIABLE: key.hex()}
+        if self.seed is not None:
+            env["AIR_EVAL_SEED"] = str(evaluation_seed(self.seed, self.evaluations))
         self.evaluations += 1
+        user = self.sandbox.config.user
+        runner = ["--mode", mode, "--timeout", f"{budget:g}", "--agent", user, "--submission-kind", kind, "--"]
         start = time.perf_counter()
         code, out = await self.sandbox.exec_root(
-            [
-                "bash",
-                f"{AIR_DIR}/bin/evaluate_workspace.sh",
-                self.sandbox.config.user,
-                str(timeout),
-                separator,
-                kind,
-                mode,
-                *argv,
-            ],
-            timeout=timeout + 120,
-            env=env,
+            ["sh", "-c", _RUN_RUNNER, self.python, *runner, *argv], timeout=budget + RUNNER_MARGIN_S, env=env
         )
         duration = time.perf_counter() - start
-        frame = f"\n{separator}\n"
-        if frame not in out:
-            message = f"Evaluation could not run: {out.strip()[-2000:]}"
+        try:
+            payload = eval_frame.decode(key, out.encode("utf-8", "replace"))
+        except eval_frame.FrameError as exc:
+            if code in (124, 137):  # the runner itself was cut: it could not resume the agent's processes
+                await self.sandbox.exec_root(["sh", "-c", _THAW, self.python, user], timeout=30)
+                message = f"The evaluation ran past its budget ({budget:g} s) and was stopped: no score."
+            else:
+                message = f"Evaluation could not run ({exc}): {out.strip()[-2000:]}"
             return Evaluation(None, None, message, "evaluation_failed", duration_s=duration)
-        stdout, _, rest = out.partition(frame)
-        rc_text, _, stderr = rest.partition("\n")
-        if rc_text.strip() == "no-submission":  # the script's own word, not an exit code
-            return Evaluation(None, None, stderr.strip(), "submission_not_found", duration_s=duration)
-        rc_word, _, overflow = rc_text.strip().partition(" ")
-        rc = int(rc_word or -1)
+        if payload.get("kind") == "no-submission":
+            message = str(payload.get("message", "")).strip()
+            return Evaluation(None, None, message, "submission_not_found", duration_s=duration)
+        if payload.get("kind") != "result":
+            message = f"Evaluation could not run: {payload.get('message', payload)}"
+            return Evaluation(None, None, message, "evaluation_failed", duration_s=duration)
+        stdout, stderr, rc = str(payload["stdout"]), str(payload["stderr"]), int(payload["rc"])
         submission = f"{WORKSPACE}/submission.csv" if kind == "csv" else None
-        if overflow:  # a score channel flooded (only agent code can make an evaluator do that)
-            size = overflow.partition(":")[2]
+        if payload.get("dropped"):  # a score channel flooded (only agent code can make an evaluator do that)
+            size = payload.get("stdout_bytes")
             message = f"The evaluation printed {size} bytes on stdout (at most 1 MB are read): no score."
             return Evaluation(None, None, message, "evaluation_failed", submission, duration, stderr)
         if rc != 0:
-            why = "was stopped after the time limit" if rc in (124, 137) else f"exited with code {rc}"
+            if rc == 124:
+                why = f"ran past its budget of {budget:g} s (the whole evaluation) and was stopped"
+            else:
+                why = "was stopped after the time limit" if rc == 137 else f"exited with code {rc}"
             message = f"The evaluation script {why}.\n{(stderr or stdout).strip()[-3000:]}"
             return Evaluation(None, None, message, "evaluation_failed", submission, duration, stderr)
         agent_code_ran = mode in ("model", "direct")  # the agent's code ran inside the evaluator

@@ -1,7 +1,10 @@
 """The trusted part of an evaluation (runs as root in the sandbox; stdlib only).
 
-    eval_runner.py --mode python|plain|model|direct --timeout S --agent USER -- EVALUATOR_ARGV...
+    AIR_EVAL_KEY=<hex> [AIR_EVAL_SEED=<n>] python3 -I -B eval_runner.py --mode python|plain|model|direct \
+        --timeout S --agent USER --submission-kind csv|yaml|none -- EVALUATOR_ARGV...
 
+0. Stops every process of the agent for the whole evaluation and resumes them afterwards (agent_freeze:
+   the signal is sent by a fork holding nothing of root's); if one still runs, no evaluation.
 1. Lays out the evaluator's private copy of the task (/opt/air-eval/task): the pristine evaluation files,
    data and secrets, readable only by root and the evaluator's user; for Python-entrypoint tasks each of
    the agent's top-level modules is a proxy there (air_agent_proxy). ``direct`` (benchmarks only, to
@@ -13,15 +16,17 @@
 2. ``python`` mode: starts the agent's worker as the agent's user (no secrets, memory and process limits,
    the OOM killer's first choice) with a shared-memory call channel to the evaluator.
 3. Runs the evaluator as the unprivileged evaluator user with a clean environment, a fresh home and a
-   time limit. Its stdout is the score channel: only this process reads it, from a pipe. Given an
-   evaluation seed (AIR_EVAL_SEED in root's environment) the evaluator seeds its generators with it
-   (eval_bootstrap.py), the worker with a seed derived one way from it.
+   time limit (the task's evaluation budget). Its stdout is the score channel: only this process reads it,
+   from a pipe. Given an evaluation seed the evaluator seeds its generators with it (eval_bootstrap.py),
+   the worker with a seed derived one way from it.
 4. Afterwards: kills the worker, every process the agent's user started during the evaluation and
    every process of the evaluator's user, and (``model`` mode, where the agent's code ran as the
-   evaluator) deletes what the evaluator's user left behind.
+   evaluator) deletes what the evaluator's user left behind. Every wait is bounded.
 
-Prints the evaluator's stdout (first MiB), a separator line, its exit code, then the stderr tail (the
-evaluator's, then the agent worker's output). Exit code 124 means the time limit was hit.
+The key and the seed come in the exec's environment (never on a command line, which any process may read)
+and are taken out of it before anything starts. Writes exactly one frame signed with the key (eval_frame):
+the evaluator's stdout (first MiB), exit code (124: the time limit) and stderr tail, then the agent
+worker's output; or why there was no evaluation.
 """
 
 from __future__ import annotations
@@ -32,20 +37,21 @@ import grp
 import hashlib
 import os
 import pwd
-import random
-import resource
 import shutil
 import socket
 import stat
 import subprocess
 import sys
-import threading
+import traceback
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -I leaves the script's folder out
+import agent_freeze  # noqa: E402
+import eval_frame  # noqa: E402
 import submission_checks  # noqa: E402
 import workspace_guard  # noqa: E402
 from call_channel import REGION_SIZE  # noqa: E402
+from eval_processes import Drain, close_shared_writes, limits, oom_first, remove_leftovers, split_cpus  # noqa: E402
 from user_processes import kill_all, state_and_start  # noqa: E402
 
 AIR = Path("/opt/air")
@@ -58,32 +64,10 @@ EVALUATOR_USER = "air-eval"
 STDOUT_KEEP = 1_000_000
 STDERR_KEEP = 20_000
 WORKER_MEMORY = 2 * 1024**3  # address space of the agent's worker
+WORKER_REAP_S = 5.0  # how long the killed worker is waited for
 WORKER_PROCESSES = 0  # RLIMIT_NPROC: the worker may not fork or start threads
 EVALUATOR_PROCESSES = 512
 BLAS_THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-LEFTOVER_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/home")
-
-
-class Drain(threading.Thread):
-    """Reads a pipe to its end, keeping the head or the tail (a 1 GB output costs no memory or disk)."""
-
-    def __init__(self, fd: int, keep: int, tail: bool) -> None:
-        super().__init__(daemon=True)
-        self.fd, self.keep, self.tail = fd, keep, tail
-        self.data = bytearray()
-        self.dropped = 0
-
-    def run(self) -> None:
-        while chunk := os.read(self.fd, 1 << 16):
-            self.data += chunk
-            if len(self.data) > self.keep:
-                over = len(self.data) - self.keep
-                self.dropped += over
-                if self.tail:
-                    del self.data[:over]
-                else:
-                    del self.data[self.keep :]
-        os.close(self.fd)
 
 
 def _chown_tree(root: Path, gid: int) -> None:
@@ -124,77 +108,10 @@ def prepare_private_copy(mode: str, protected: set[str], gid: int, agent_modules
     EVAL_HOME.mkdir(mode=0o700)
 
 
-def _limits(memory: int | None, processes: int, cpus: set[int] | None = None):
-    def apply() -> None:
-        if memory:
-            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-        resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        if cpus:
-            os.sched_setaffinity(0, cpus)
-
-    return apply
-
-
-def split_cpus() -> tuple[set[int] | None, set[int] | None]:
-    """(the evaluator's CPUs, the worker's): one of ours, at random, for the worker, the rest for the
-    evaluator. Left to itself the scheduler often queues a woken process on its waker's CPU, where it
-    waits out the waker's spin: a quarter of a millisecond per call instead of a few microseconds."""
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2:
-        return None, None
-    worker = random.choice(cpus)
-    return set(cpus) - {worker}, {worker}
-
-
-def _oom_first(pid: int) -> None:
-    """Make the process the OOM killer's first choice (a memory bomb must not take the evaluator)."""
-    try:
-        with open(f"/proc/{pid}/oom_score_adj", "w") as f:
-            f.write("1000")
-    except OSError:
-        pass
-
-
-def _owned_by(uid: int):
-    """(path, lstat) of everything under LEFTOVER_DIRS that ``uid`` owns, deepest first."""
-    for top in LEFTOVER_DIRS:
-        for dirpath, dirnames, filenames in os.walk(top, topdown=False):
-            for name in filenames + dirnames:
-                path = os.path.join(dirpath, name)
-                try:
-                    st = os.lstat(path)
-                except OSError:
-                    continue
-                if st.st_uid == uid:
-                    yield path, st
-
-
-def remove_leftovers(uid: int) -> None:
-    """Files the evaluator's user created where others could find them later (a channel to the agent)."""
-    for path, st in _owned_by(uid):
-        try:
-            shutil.rmtree(path) if stat.S_ISDIR(st.st_mode) else os.unlink(path)
-        except OSError:
-            pass
-
-
-def close_shared_writes(uid: int) -> None:
-    """Model tasks run the agent's code as the evaluator: files and folders the agent made writable by
-    others would let it leave what it read for the agent to find. Take that write permission away."""
-    for path, st in _owned_by(uid):
-        if st.st_mode & 0o002 and not stat.S_ISLNK(st.st_mode):
-            try:
-                os.chmod(path, st.st_mode & ~0o002)
-            except OSError:
-                pass
-
-
-def seed_variables() -> tuple[dict[str, str], dict[str, str]]:
+def seed_variables(seed: str) -> tuple[dict[str, str], dict[str, str]]:
     """(the evaluator's, the agent worker's) seed variables, from the evaluation seed root was given in its
     environment (never on a command line, which the agent's worker could read). The worker's seed is derived
     one way from the evaluator's: the agent's code can read its own, never the one its opponent draws from."""
-    seed = os.environ.get("AIR_EVAL_SEED", "")
     if not seed.isdigit():
         return {}, {}
     worker = int.from_bytes(hashlib.sha256(f"air-agent/{seed}".encode()).digest()[:4], "big")
@@ -204,30 +121,115 @@ def seed_variables() -> tuple[dict[str, str], dict[str, str]]:
     )
 
 
+def take_secrets() -> tuple[bytes, str]:
+    """(the frame's key, the evaluation seed) out of this process's environment, so that nothing started
+    from here inherits them (every child gets an explicit environment anyway)."""
+    key = os.environ.pop(eval_frame.KEY_VARIABLE, "")
+    seed = os.environ.pop("AIR_EVAL_SEED", "")
+    return (bytes.fromhex(key) if len(key) >= 32 else b""), seed
+
+
 def main() -> int:
+    key, seed = take_secrets()
+    # The exec's output carries one signed frame and nothing else: our own descriptors 0-2 go to /dev/null
+    # (a stray warning cannot corrupt the frame), the frame is written on a private duplicate.
+    out = os.fdopen(os.dup(1), "wb")
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    if not key:
+        out.write(b"the evaluation was started without its key: no score\n")
+        return 1
     parser = argparse.ArgumentParser()
     parser.add_argument("--mode", choices=("python", "plain", "model", "direct"), required=True)
     parser.add_argument("--timeout", type=float, required=True)
     parser.add_argument("--agent", required=True)
-    parser.add_argument("--separator", required=True)
-    parser.add_argument("--submission", help="the workspace file the evaluator scores, copied to its private copy")
+    parser.add_argument("--submission-kind", choices=("csv", "yaml", "none"), required=True)
     parser.add_argument("argv", nargs=argparse.REMAINDER)
     args = parser.parse_args()
+    args.seed = seed
+    out.write(eval_frame.encode(key, evaluate_frozen(args)))
+    out.flush()
+    return 0
+
+
+def evaluate_frozen(args: argparse.Namespace) -> dict:
+    """The evaluation's payload: every process of the agent stopped throughout, resumed afterwards."""
+    uid = pwd.getpwnam(args.agent).pw_uid
     try:
+        still = agent_freeze.freeze(uid)
+        if still:
+            listed_pids = " ".join(map(str, still[:20]))
+            return failure(
+                "The agent's processes could not all be stopped for the evaluation "
+                f"(still running: {listed_pids}): no score."
+            )
         return run(args)
     except OSError as exc:
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
-            raise
+            return failure(f"a fault in the evaluation's runner:\n{traceback.format_exc()[-3000:]}")
         # The agent filled the container's disk (quota, /tmp): its doing, said plainly (a failed evaluation).
-        sys.stdout.write(
-            f"\n{args.separator}\n1\nThe container's disk is full ({exc.strerror}), so the workspace could not be "
-            "copied for evaluation. Free space (large files in the workspace or /tmp) and try again.\n"
+        return result(
+            rc=1,
+            stderr=f"The container's disk is full ({exc.strerror}), so the workspace could not be "
+            "copied for evaluation. Free space (large files in the workspace or /tmp) and try again.\n",
         )
-        return 0
+    except Exception:  # noqa: BLE001 - any fault of ours is one failed evaluation, said with its cause
+        return failure(f"a fault in the evaluation's runner:\n{traceback.format_exc()[-3000:]}")
+    finally:
+        agent_freeze.thaw(uid)
 
 
-def run(args: argparse.Namespace) -> int:
+def failure(message: str) -> dict:
+    return {"kind": "failed", "message": message}
+
+
+def no_submission(message: str) -> dict:
+    return {"kind": "no-submission", "message": message}
+
+
+def result(rc: int, stdout: str = "", stderr: str = "", stdout_bytes: int = 0, dropped: int = 0) -> dict:
+    """The evaluator's outcome: its stdout (the first MiB), exit code, stderr tail (the agent's output after)."""
+    return {
+        "kind": "result",
+        "rc": rc,
+        "stdout": stdout,
+        "stderr": stderr,
+        "stdout_bytes": stdout_bytes,
+        "dropped": dropped,
+    }
+
+
+def find_yaml_submission() -> str | None:
+    """A model task's config file: the first ``*.yaml`` regular file in the workspace outside data/ (no link
+    followed), or None."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(WORKSPACE):
+        if dirpath == str(WORKSPACE):
+            dirnames[:] = [d for d in dirnames if d != "data"]
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            if name.endswith(".yaml") and stat.S_ISREG(os.lstat(path).st_mode):
+                found.append(path)
+    return min(found) if found else None
+
+
+def run(args: argparse.Namespace) -> dict:
     evaluator_argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+    submission = None
+    if args.submission_kind == "csv":  # scored from the private copy, where it is copied without following links
+        submission, args.submission = str(PRIVATE / "submission.csv"), "submission.csv"
+    else:
+        args.submission = None
+    if args.submission_kind == "yaml":  # a model task's config file, read in place (find follows no link)
+        submission = find_yaml_submission()
+        if submission is None:
+            return no_submission(
+                f"No submission artefact found: the task expects a config file (*.yaml) in {WORKSPACE} next to "
+                "your trained model."
+            )
+    if submission is not None:
+        evaluator_argv = [arg.replace("{submission}", submission) for arg in evaluator_argv]
     agent = pwd.getpwnam(args.agent)
     gid = grp.getgrnam(EVALUATOR_USER).gr_gid
     protected, secret = set(listed("protected.txt")), set(listed("secret.txt"))
@@ -242,16 +244,14 @@ def run(args: argparse.Namespace) -> int:
             os.chmod(PRIVATE / args.submission, 0o640)
             column = "".join(listed("id_column.txt"))
             refused = column and submission_checks.repeated_id(PRIVATE / args.submission, column)
-            if refused:  # framed like a failed evaluator: exit code 1, the reason as its stderr
-                sys.stdout.write(f"\n{args.separator}\n1\n{refused}\n")
-                return 0
+            if refused:  # reported like a failed evaluator: exit code 1, the reason as its stderr
+                return result(rc=1, stderr=refused)
         if args.mode == "model":  # the evaluator works in the workspace: the task's files back in it
             restore_protected(protected, secret, gid)
             close_shared_writes(agent.pw_uid)
         return evaluate(args, evaluator_argv, agent, started, agent_modules)
     except workspace_guard.WorkspaceProblem as problem:
-        sys.stdout.write(f"\n{args.separator}\nno-submission\n{problem}\n")
-        return 0
+        return no_submission(str(problem))
     finally:
         if args.mode == "model":
             for rel in secret:
@@ -275,8 +275,8 @@ def evaluate(
     agent: pwd.struct_passwd,
     started: int,
     agent_modules: list[str],
-) -> int:
-    """Run the evaluator (and, for Python tasks, the agent's worker) and print the framed result."""
+) -> dict:
+    """Run the evaluator (and, for Python tasks, the agent's worker): the result's payload."""
     evaluator = pwd.getpwnam(EVALUATOR_USER)
     gid = grp.getgrnam(EVALUATOR_USER).gr_gid
     os.chown(EVAL_HOME, evaluator.pw_uid, gid)
@@ -285,7 +285,7 @@ def evaluate(
         env["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
     if os.environ.get("NVIDIA_VISIBLE_DEVICES"):
         env["NVIDIA_VISIBLE_DEVICES"] = os.environ["NVIDIA_VISIBLE_DEVICES"]
-    evaluator_seed, worker_seed = seed_variables()
+    evaluator_seed, worker_seed = seed_variables(args.seed)
     python = evaluator_argv[0]
     worker = worker_out = None
     pass_fds: tuple[int, ...] = ()
@@ -297,7 +297,9 @@ def evaluate(
         for_evaluator, for_worker = socket.socketpair()
         worker_read, worker_write = os.pipe()
         worker = subprocess.Popen(
-            [python, "-B", str(LIB / "agent_worker.py"), str(region), str(for_worker.fileno()), str(WORKSPACE)],
+            # -s: no user site (the agent's ~/.local); the environment is ours alone. The agent's own code by
+            # design: its workspace modules, which the worker imports.
+            [python, "-s", "-B", str(LIB / "agent_worker.py"), str(region), str(for_worker.fileno()), str(WORKSPACE)],
             cwd=WORKSPACE,
             env={**env, "HOME": agent.pw_dir, **dict.fromkeys(BLAS_THREAD_VARIABLES, "1"), **worker_seed},
             stdin=subprocess.DEVNULL,
@@ -308,9 +310,9 @@ def evaluate(
             group=agent.pw_gid,
             extra_groups=[],
             start_new_session=True,
-            preexec_fn=_limits(WORKER_MEMORY, WORKER_PROCESSES, worker_cpus),
+            preexec_fn=limits(WORKER_MEMORY, WORKER_PROCESSES, worker_cpus),
         )
-        _oom_first(worker.pid)
+        oom_first(worker.pid)
         os.close(worker_write)
         for_worker.close()
         worker_out = Drain(worker_read, STDERR_KEEP, tail=True)
@@ -338,7 +340,7 @@ def evaluate(
         group=gid,
         extra_groups=[],
         start_new_session=True,
-        preexec_fn=_limits(None, EVALUATOR_PROCESSES, evaluator_cpus),
+        preexec_fn=limits(None, EVALUATOR_PROCESSES, evaluator_cpus),
     )
     os.close(out_write)
     os.close(err_write)
@@ -355,22 +357,26 @@ def evaluate(
     kill_all(evaluator.pw_uid)
     if worker is not None:
         kill_all(agent.pw_uid, started_after=started)  # the worker and whatever it started
-        worker.wait()
+        try:  # bounded: a worker held as a traced zombie must not hold the evaluation
+            worker.wait(timeout=WORKER_REAP_S)
+        except subprocess.TimeoutExpired:
+            pass
     for drain in (stdout, stderr, worker_out):
         if drain is not None:
             drain.join(timeout=10)
     if args.mode == "model":  # only there did code the agent controls run as the evaluator
         remove_leftovers(evaluator.pw_uid)
 
-    out = sys.stdout.buffer
-    out.write(bytes(stdout.data))
-    overflow = f" stdout-overflow:{stdout.dropped + len(stdout.data)}" if stdout.dropped else ""
-    out.write(f"\n{args.separator}\n{rc}{overflow}\n".encode())
-    out.write(bytes(stderr.data))
+    errors = bytes(stderr.data)
     if worker_out is not None and worker_out.data:
-        out.write(b"\n[output of the agent's code during evaluation]\n" + bytes(worker_out.data))
-    out.flush()
-    return 0
+        errors += b"\n[output of the agent's code during evaluation]\n" + bytes(worker_out.data)
+    return result(
+        rc=rc,
+        stdout=bytes(stdout.data).decode("utf-8", "replace"),
+        stderr=errors.decode("utf-8", "replace"),
+        stdout_bytes=stdout.dropped + len(stdout.data),
+        dropped=stdout.dropped,
+    )
 
 
 if __name__ == "__main__":

@@ -1,0 +1,114 @@
+"""Stop and resume every process of the agent around an evaluation (runs as root in the sandbox; stdlib only).
+
+kill(-1, SIGSTOP) sent *as the agent* reaches all of the agent's processes in one system call, forks in
+flight included; root's kill(-1) would stop root's too. The sender is a fork of this (root's) process that
+changes its user ids and signals, and never executes a program: a program started as the agent (``setpriv
+kill``, as before) was the agent's to trace, and it held root's output and environment. The fork:
+
+- closes every descriptor first: nothing of root's exec is open in it;
+- takes real and effective uid = the agent (kill(-1) then reaches exactly the agent's processes: kill's
+  permission is the sender's real or effective uid against the target's real or saved one), keeps saved
+  uid and every gid root's: ptrace demands all of them equal the tracer's, and /proc/PID/{environ,fd,mem}
+  demand ptrace's permission, so no process of the agent can read, trace or write it;
+- is made non-dumpable (the kernel does so on the uid change; said again in case of a lax suid_dumpable).
+
+The agent may still signal it (same real uid): a stopped or vanished sender is waited for a bounded time and
+then killed; the freeze then looks again, and gives up (no score) after its deadline, never hanging.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import time
+
+SENDER_WAIT_S = 2.0  # a sender runs for microseconds; one the agent stopped is killed after this
+FREEZE_DEADLINE_S = 10.0  # a signal takes effect when its process next runs: look again, send again
+_PR_SET_DUMPABLE = 4
+_libc = ctypes.CDLL(None, use_errno=True)  # loaded before any fork: the child only calls into it
+
+
+def _field(status: str, key: str) -> str:
+    for line in status.splitlines():
+        if line.startswith(key + ":"):
+            return line.split()[1] if len(line.split()) > 1 else ""
+    return ""
+
+
+def running_processes(uid: int) -> list[int]:
+    """The processes of ``uid`` (real uid) with a thread not stopped, traced, zombie or dead."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as f:
+                if _field(f.read(), "Uid") != str(uid):
+                    continue
+            for task in os.listdir(f"/proc/{entry}/task"):
+                with open(f"/proc/{entry}/task/{task}/status") as f:
+                    if _field(f.read(), "State") not in ("T", "t", "Z", "X", ""):
+                        found.append(int(entry))
+                        break
+        except (OSError, ValueError):
+            continue  # gone meanwhile
+    return found
+
+
+def _send(signum: int) -> None:
+    try:
+        os.kill(-1, signum)
+    except ProcessLookupError:
+        pass  # the agent has no process at all
+
+
+def signal_all_as(uid: int, signum: int) -> bool:
+    """kill(-1, ``signum``) from a fork of this process holding nothing of root's; True if it finished."""
+    pid = os.fork()
+    if pid == 0:  # the child: no Python-level work beyond system calls, then _exit
+        code = 1
+        try:
+            os.closerange(0, 1 << 20)
+            os.setresuid(uid, uid, 0)
+            _libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+            _send(signum)
+            code = 0
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + SENDER_WAIT_S
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status) == 0
+        time.sleep(0.0005)
+    os.kill(pid, signal.SIGKILL)  # stopped: it dies at once; held as a traced zombie: not waited for long
+    reap_by = time.monotonic() + 0.5
+    while time.monotonic() < reap_by and not os.waitpid(pid, os.WNOHANG)[0]:
+        time.sleep(0.001)
+    return False
+
+
+def freeze(uid: int) -> list[int]:
+    """Stop every process of ``uid``; [] when none runs, else those still running at the deadline."""
+    deadline = time.monotonic() + FREEZE_DEADLINE_S
+    while True:
+        signal_all_as(uid, signal.SIGSTOP)
+        running = running_processes(uid)
+        if not running or time.monotonic() > deadline:
+            return running
+        time.sleep(0.05)
+
+
+def thaw(uid: int) -> None:
+    signal_all_as(uid, signal.SIGCONT)
+
+
+if __name__ == "__main__":  # `agent_freeze.py thaw USER`: the host's recovery after a runner it had to cut
+    import pwd
+    import sys
+
+    if sys.argv[1:2] == ["thaw"] and len(sys.argv) == 3:
+        thaw(pwd.getpwnam(sys.argv[2]).pw_uid)
+    else:
+        sys.exit("usage: agent_freeze.py thaw USER")
