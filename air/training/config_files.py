@@ -22,17 +22,23 @@ import jsonschema
 import jsonschema.exceptions
 
 from air.training.config_schema import resolve_refs, schema_default, schema_for, schema_keys
-from air.training.config_v1 import Generation, detect_generation, schema_view
+from air.training.config_v1 import Generation, detect_generation, is_env_server, schema_view
 
 PRIME_RL_COMMIT = "c87c19ba8672"
 PRIME_RL_REPO = "https://github.com/PrimeIntellect-ai/prime-rl"
 
 
-ConfigKind = Literal["rl", "orchestrator", "trainer", "inference"]
+ConfigKind = Literal["rl", "orchestrator", "trainer", "inference", "env-server"]
 
 
-# Where a kind's settings live inside the combined `rl` config.
-_KIND_PREFIX = {"rl": "", "orchestrator": "orchestrator.", "trainer": "trainer.", "inference": "inference."}
+# Where a kind's settings live inside the combined `rl` config (an env server's file holds none of them).
+_KIND_PREFIX = {
+    "rl": "",
+    "orchestrator": "orchestrator.",
+    "trainer": "trainer.",
+    "inference": "inference.",
+    "env-server": "env-server.",
+}
 
 
 @dataclass(frozen=True)
@@ -61,12 +67,14 @@ class EnvEntry:
 
     @property
     def key(self) -> str:
-        return f"{self.table}[{self.index}]"
+        return f"{self.table}[{self.index}]" if self.table else ""  # "": the file is the source (an env server's)
 
     @property
     def args_key(self) -> str:
         """Where the env's arguments are: ``args`` of the classic table, the taskset of a v1 source."""
-        return f"{self.key}.args" if self.table == "orchestrator.env" else f"{self.key}.env.taskset"
+        if self.table == "orchestrator.env":
+            return f"{self.key}.args"
+        return f"{self.key}.env.taskset" if self.table else "env.taskset"
 
 
 @dataclass
@@ -98,7 +106,9 @@ def load_config(path: str | Path, kind: ConfigKind | None = None) -> LoadedConfi
     path = Path(path).expanduser()
     data, included = _read_with_includes(path, seen=[])
     generation = detect_generation(data)
-    kind = kind or ("rl" if generation == "v1" else detect_kind(path, data))  # v1: combined configs only
+    if kind is None and generation == "v1":  # v1: combined configs, and an env server's own
+        kind = "env-server" if is_env_server(data) else "rl"
+    kind = kind or detect_kind(path, data)
     return LoadedConfig(path=path, kind=kind, data=data, included=included, generation=generation)
 
 

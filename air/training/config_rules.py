@@ -68,7 +68,7 @@ def gpu_sets(config: LoadedConfig) -> dict[str, tuple[int, ...]]:
 
     sets: dict[str, tuple[int, ...]] = {}
     if config.generation == "v1":
-        sets.update(deployment_gpus(config.data))
+        sets.update(deployment_gpus(config.data))  # none for an env server's file
     elif config.kind == "rl":
         if config.data.get("inference") is not None:  # prime-rl starts vLLM only with an [inference] table
             sets["inference"] = tuple(effective(config, "inference_gpu_ids"))
@@ -117,6 +117,8 @@ def cross_field_problems(config: LoadedConfig) -> list[ConfigProblem]:
                         f"raise it to at least {group * workers}",
                     )
                 )
+        problems += _env_problems(config)
+    if config.kind == "env-server":
         problems += _env_problems(config)
     trainer_len, orch_len = seq_lens(config)
     if isinstance(trainer_len, int) and isinstance(orch_len, int) and trainer_len < orch_len:
@@ -193,12 +195,12 @@ def _env_problems(config: LoadedConfig) -> list[ConfigProblem]:
 
 
 def _table_key(config: LoadedConfig, entry: EnvEntry) -> str:
-    return entry.key if config.kind == "rl" else f"env[{entry.index}]"
+    return f"env[{entry.index}]" if config.kind == "orchestrator" else entry.key
 
 
 def _env_key(config: LoadedConfig, entry: EnvEntry) -> str:
     """Where an env's arguments are, as the file writes it."""
-    return entry.args_key if config.kind == "rl" else f"env[{entry.index}].args"
+    return f"env[{entry.index}].args" if config.kind == "orchestrator" else entry.args_key
 
 
 def env_args_problems(env_id: str, args: dict[str, Any]) -> list[tuple[str, str, str]]:

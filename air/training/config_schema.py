@@ -31,6 +31,11 @@ def load_schema(generation: str = "classic") -> dict[str, Any]:
 
 def schema_for(kind: str, generation: str = "classic") -> dict[str, Any]:
     schema = load_schema(generation)
+    if kind == "env-server":  # prime-rl's EnvServerConfig: a source's `env` and `serve`, with `log` and `output_dir`
+        source = schema["$defs"]["TrainSourceConfig"]["properties"]
+        top = {"env": source["env"], "serve": source["serve"], "log": {"$ref": "#/$defs/LogConfig"},
+               "output_dir": {"type": "string"}}  # fmt: skip
+        return {"$defs": schema["$defs"], "type": "object", "additionalProperties": False, "properties": top}
     name = _KIND_DEFS[kind]
     if name is None:
         return schema

@@ -8,9 +8,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from air.training.config_files import PRIME_RL_COMMIT, EnvEntry
+from air.training.config_files import PRIME_RL_COMMIT, EnvEntry, LoadedConfig
 from air.training.config_rules import check_config_files
-from air.training.config_v1 import V1_COMMIT
+from air.training.config_v1 import V1_COMMIT, beyond_loopback, serve_addresses
 from air.training.preflight_rows import NET_TIMEOUT_S, CheckRow, PreflightContext
 
 
@@ -31,6 +31,33 @@ def check_config(ctx: PreflightContext) -> Iterator[CheckRow]:
                 f"{config.path.name} ({config.kind}, {config.generation}): prime-rl "
                 f"{V1_COMMIT if config.generation == 'v1' else PRIME_RL_COMMIT} schema and cross-field rules",
             )
+        yield from _exposed_env_server_rows(config)
+
+
+# What prime-rl's env server (verifiers' ZMQ EnvServer) lets anyone who reaches its port do: it has no
+# authentication or encryption, and a request names its own model endpoint and API-key variable.
+EXPOSURE = (
+    "prime-rl's env server (ZMQ) authenticates and encrypts nothing: whoever reaches the port can run episodes "
+    "with a model endpoint of their own (its replies are the commands run in that node's sandbox containers), "
+    "read the traces and rewards, and make the server send any of its environment variables as an API key to a "
+    "URL they choose"
+)
+PROTECTION = (
+    "bind tcp://127.0.0.1:PORT on the env node and reach it through an SSH tunnel from the orchestrator's node "
+    "(ssh -N -L LOCAL:127.0.0.1:PORT env-node, the source's serve.address tcp://127.0.0.1:LOCAL); or bind a "
+    "private interface only (WireGuard, a VPC address) behind a firewall that admits the orchestrator's node "
+    "alone (not Docker's bridge subnets: sandboxes given network = true reach their host's addresses)"
+)
+
+
+def _exposed_env_server_rows(config: LoadedConfig) -> Iterator[CheckRow]:
+    """A warning for each ``serve.address`` that is not loopback: an env server's bind, or a source's server."""
+    for key, address in serve_addresses(config.data):
+        if not beyond_loopback(address):
+            continue
+        where = "binds the env server" if config.kind == "env-server" else "points at an env server listening"
+        said = f"{config.label}: {key} = {address!r} {where} beyond loopback. {EXPOSURE}"
+        yield CheckRow("env server address", "warn", said, PROTECTION)
 
 
 def check_docker(ctx: PreflightContext) -> Iterator[CheckRow]:

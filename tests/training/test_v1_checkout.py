@@ -58,4 +58,4 @@ def test_the_env_server_config_is_prime_rls(python: Path, tmp_path: Path) -> Non
     done = subprocess.run([str(python), "-c", script, str(config)], capture_output=True, text=True, timeout=300,
                           cwd=tmp_path)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split()[-3:] == ["MLGymV1EnvConfig", "MLGymTasksetConfig", "tcp://0.0.0.0:5000"]
+    assert done.stdout.split()[-3:] == ["MLGymV1EnvConfig", "MLGymTasksetConfig", "tcp://127.0.0.1:5000"]

@@ -16,11 +16,14 @@ import pytest
 
 from air.training.config_files import load_config
 from air.training.config_rules import check_config_files, env_entries, gpu_sets
+from air.training.preflight_checks import check_config
+from air.training.preflight_rows import CheckRow, PreflightContext, PreflightOptions
 
 ROOT = Path(__file__).resolve().parents[2]
 V1_DIR = ROOT / "configs" / "mlgym-v1"
 CLASSIC_DIR = ROOT / "configs" / "mlgym"
 V1_FILES = ["rl.toml", "rl_debug.toml", "rl_2gpu.toml"]
+SERVER = V1_DIR / "env-servers" / "lane_merge.toml"
 
 
 def test_the_v1_configs_are_the_classic_runs_on_todays_prime_rl():
@@ -52,7 +55,7 @@ def test_the_env_server_config_serves_a_source_of_rl_2gpu_word_for_word():
     source = tomllib.loads((V1_DIR / "rl_2gpu.toml").read_text())["orchestrator"]["train"]["source"][0]
     assert server["env"]["player"] == source["env"]["player"]
     assert server["env"]["taskset"] == source["env"]["taskset"] | {"run_id": "env-server-lane-merge"}
-    assert server["serve"]["address"] == "tcp://0.0.0.0:5000"
+    assert server["serve"]["address"] == "tcp://127.0.0.1:5000"  # loopback: see the env-server address tests
 
 
 def _edit(tmp_path: Path, old: str, new: str) -> list:
@@ -130,3 +133,97 @@ def test_the_shipped_v1_schema_is_prime_rls_at_the_commit():
     assert '"oneOf":' not in json.dumps(schema)  # written as anyOf: jsonschema cannot pick a default tag
     data = tomllib.loads((V1_DIR / "rl.toml").read_text())
     assert data["deployment"] == {"num_infer_gpus": 1, "num_train_gpus": 5}
+
+
+# --------------------------------------------------------------------------- env servers' addresses (issue 31)
+
+
+def _config_rows(path: Path) -> tuple[list[CheckRow], list[CheckRow]]:
+    """`air check --config PATH`'s config rows, and its warnings about an env server's address."""
+    rows = list(check_config(PreflightContext(PreflightOptions(configs=[path]))))
+    return [r for r in rows if r.check == "config"], [r for r in rows if r.check == "env server address"]
+
+
+def _server_at(tmp_path: Path, address: str) -> Path:
+    path = tmp_path / "server.toml"
+    text = SERVER.read_text()
+    assert 'address = "tcp://127.0.0.1:5000"' in text
+    path.write_text(text.replace('address = "tcp://127.0.0.1:5000"', f"address = {address!r}"))
+    return path
+
+
+def test_the_env_server_config_is_checked_as_one_and_binds_loopback():
+    config, warned = _config_rows(SERVER)
+    assert [(r.status, r.detail) for r in config] == [
+        ("pass", "lane_merge.toml (env-server, v1): prime-rl 559b447 schema and cross-field rules")
+    ]
+    assert warned == []
+    assert gpu_sets(load_config(SERVER)) == {}  # it deploys no model: only env_gpu would take a GPU there
+
+
+def test_the_env_server_config_names_a_typo_where_it_is(tmp_path):
+    path = tmp_path / "server.toml"
+    path.write_text(SERVER.read_text().replace("max_turns = 10", "max_turn = 10").replace("address =", "adress ="))
+    found = {p.key: p for p in check_config_files([path]).problems}
+    assert set(found) == {"env.taskset.max_turn", "serve.adress"}, found
+    assert "did you mean 'max_turns'" in found["env.taskset.max_turn"].message
+    assert found["serve.adress"].fix == "rename it to 'address'"
+    path.write_text(SERVER.read_text().replace("[serve]", "[serv]"))
+    assert [(p.key, p.message) for p in check_config_files([path]).problems] == [
+        ("serv", "unknown key (did you mean 'serve'?)")
+    ]
+
+
+@pytest.mark.parametrize(
+    "address",
+    ["tcp://127.0.0.1:5000", "tcp://127.3.2.1:5600", "tcp://[::1]:5000", "tcp://localhost:5000", "ipc:///tmp/env.sock"],
+)
+def test_a_loopback_or_local_bind_is_not_warned_about(tmp_path, address):
+    config, warned = _config_rows(_server_at(tmp_path, address))
+    assert [r.status for r in config] == ["pass"] and warned == []
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "tcp://0.0.0.0:5000",
+        "tcp://*:5000",
+        "tcp://192.168.1.20:5000",
+        "tcp://[::]:5000",
+        "tcp://env-node.internal:5000",
+        "tcp://eth0:5000",
+    ],
+)
+def test_a_bind_beyond_loopback_is_warned_about_with_its_file_and_key(tmp_path, address):
+    path = _server_at(tmp_path, address)
+    config, warned = _config_rows(path)
+    assert [r.status for r in config] == ["pass"]  # a valid file: the warning is about the address alone
+    assert [r.status for r in warned] == ["warn"]
+    detail, fix = warned[0].detail, warned[0].fix
+    assert detail.startswith(f"{path}: serve.address = {address!r} binds the env server beyond loopback."), detail
+    assert "authenticates and encrypts nothing" in detail and "environment variables" in detail
+    assert "SSH tunnel" in fix and "firewall" in fix and "127.0.0.1" in fix
+
+
+def _rl_with_lane_merge_served_at(tmp_path: Path, address: str) -> Path:
+    """rl_2gpu.toml with its first source (lane-merge) served elsewhere, at ``address``."""
+    text = (V1_DIR / "rl_2gpu.toml").read_text()
+    second = text.index("[[orchestrator.train.source]]", text.index("[[orchestrator.train.source]]") + 1)
+    path = tmp_path / "rl.toml"
+    path.write_text(f'{text[:second]}[orchestrator.train.source.serve]\naddress = "{address}"\n\n{text[second:]}')
+    return path
+
+
+def test_a_source_served_beyond_loopback_is_warned_about_in_the_training_config(tmp_path):
+    tunnelled = _rl_with_lane_merge_served_at(tmp_path, "tcp://127.0.0.1:5600")
+    assert load_config(tunnelled).data["orchestrator"]["train"]["source"][0]["serve"] == {
+        "address": "tcp://127.0.0.1:5600"
+    }
+    assert _config_rows(tunnelled)[1] == []
+    config, warned = _config_rows(_rl_with_lane_merge_served_at(tmp_path, "tcp://10.0.0.5:5000"))
+    assert [r.status for r in config] == ["pass"] and [r.status for r in warned] == ["warn"]
+    assert warned[0].detail.startswith(
+        f"{tmp_path / 'rl.toml'}: orchestrator.train.source[0].serve.address = 'tcp://10.0.0.5:5000' points at an "
+        "env server listening beyond loopback."
+    ), warned[0].detail
+    assert _config_rows(V1_DIR / "rl_2gpu.toml")[1] == []  # no address: rl starts the server on loopback
