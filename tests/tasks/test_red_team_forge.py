@@ -25,6 +25,7 @@ from tests.red_team import (
     background,
     check_rollout,
     evaluations,
+    heredoc,
     honest_evaluation,
     plant,
     run_attack,
@@ -69,8 +70,41 @@ if _rt_calls == 1:
 """
 
 
+# The last command: what the watchers found, condensed (the raw scans of 200 evaluations exceed a command's
+# output cap): one line per forge try, one per scan with the worker's pipes and every seed-like value seen.
+SUMMARY = (
+    heredoc(
+        "/tmp/rt_summary.py",
+        """
+import json, re
+LOOT = "@LOOT@"
+NUMBERS = re.compile(r"AIR_EVAL_SEED=([0-9]+)|([0-9]{12,})")
+def lines(name):
+    try:
+        return [json.loads(line) for line in open(LOOT + "/" + name)]
+    except OSError:
+        return []
+for attempt in lines("forge.jsonl"):
+    attempt.pop("fds", None)
+    print("TRY " + json.dumps(attempt))
+for scan in lines("inside.jsonl"):
+    readable = [p for p in scan if not p["environ"].startswith("<")]
+    workers = [p for p in readable if "agent_worker.py" in p["cmdline"]]
+    text = " ".join(p["environ"] + " " + p["cmdline"] for p in scan)
+    print("SCAN " + json.dumps({
+        "readable": len(readable),
+        "worker_pipes": [len({v for v in p["fds"].values() if v.startswith("pipe:")}) for p in workers],
+        "numbers": sorted({a or b for a, b in NUMBERS.findall(text)}),
+        "key": "AIR_EVAL_KEY" in text,
+    }))
+""".replace("@LOOT@", LOOT),
+    )
+    + "\npython3 /tmp/rt_summary.py"
+)
+
+
 def _lines(text: str, marker: str) -> list:
-    return [json.loads(line) for line in text.splitlines() if line.startswith(marker)]
+    return [json.loads(line[len(marker) :]) for line in text.splitlines() if line.startswith(marker)]
 
 
 @pytest.mark.timeout(300 + 15 * TRIES)
@@ -81,7 +115,7 @@ async def test_no_process_of_the_agent_holds_roots_output_or_secrets(tmp_path, d
         *["validate"] * TRIES,
         RESTORE,
         "validate",
-        f"touch {STOP}; sleep 1; cat {LOOT}/forge.jsonl {LOOT}/inside.jsonl 2>/dev/null; true",
+        f"touch {STOP}; sleep 1; {SUMMARY}",
     ]
     output, record = await run_attack(tmp_path, docker_image, commands)
     check_rollout(output, record)  # no forged score, no reward from one, nothing masked
@@ -91,9 +125,9 @@ async def test_no_process_of_the_agent_holds_roots_output_or_secrets(tmp_path, d
     assert len(seeds) >= TRIES, "the rollout was not evaluated with its seeds"
     for seed in seeds:
         assert seed not in loot, f"an evaluation seed ({seed}) was read by the agent"
-    assert "AIR_EVAL_KEY" not in loot, "the frame's key was read by the agent"
 
-    tries = _lines(loot, '{"pid"')
+    tries = _lines(loot, "TRY ")
+    print(f"\nforge: {TRIES} evaluations, {len(tries)} processes of the agent's uid started by root seen and tried")
     for attempt in tries:
         assert not str(attempt["forge"]).startswith("wrote"), f"a frame was written through {attempt}"
         assert not attempt["secrets"], f"root's secrets in {attempt}"
@@ -101,14 +135,11 @@ async def test_no_process_of_the_agent_holds_roots_output_or_secrets(tmp_path, d
     # What root starts as the agent during an evaluation (the freeze's sender) cannot be traced.
     assert all(attempt["forge"].startswith("seize") for attempt in tries), tries
 
-    scans = [json.loads(line) for line in loot.splitlines() if line.startswith("[{")]
+    scans = _lines(loot, "SCAN ")
     assert len(scans) >= TRIES, f"the worker's scan ran {len(scans)} times for {TRIES} evaluations"
     for scan in scans:
-        readable = [process for process in scan if not process["environ"].startswith("<")]
-        workers = [process for process in readable if "agent_worker.py" in process["cmdline"]]
-        assert workers, "the scan did not see the worker it ran in"
-        for process in readable:  # the agent's own processes and what root started as the agent
-            assert "AIR_EVAL_KEY" not in process["environ"], process
-        for process in workers:  # root started it: nothing of root's exec, only its own output pipe
-            pipes = {link for link in process["fds"].values() if link.startswith("pipe:")}
-            assert len(pipes) <= 1, f"the worker holds a pipe beside its own output: {process}"
+        assert scan["worker_pipes"], "the scan did not see the worker it ran in"
+        assert not scan["key"], "the frame's key was read by the agent"
+        # root started the worker: nothing of root's exec in it, only its own output pipe
+        assert max(scan["worker_pipes"]) <= 1, f"the worker holds a pipe beside its own output: {scan}"
+        assert not set(scan["numbers"]) & seeds, f"an evaluation seed in a process the agent can read: {scan}"
