@@ -122,6 +122,7 @@ class MLGymCore:
             memory=settings.container_memory,
             pids_limit=settings.container_pids,
             disk=settings.container_disk,
+            max_file_size=settings.container_max_file_size,
             tmp_size=settings.container_tmp,
             shm_size=settings.container_shm,
             run_id=settings.run_id,

@@ -84,8 +84,14 @@ class MLGymEnvSettings(BaseModel):
     container_pids: int = Field(default=1024, gt=16, description="Most processes (threads) in a task container.")
     container_disk: str = Field(
         default="20g",
-        description="Most bytes a task container may write, where the Docker engine's storage driver can size "
-        "containers (xfs with pquota, btrfs, zfs; elsewhere none, and the run says so once); '' for no limit.",
+        description="Most bytes a task container may write: the engine's quota where its storage driver can size "
+        "containers (xfs with pquota, btrfs, zfs); elsewhere the container's writable size is checked every few "
+        "seconds and, past it, the agent's writers are killed and its commands fail; '' for no limit.",
+    )
+    container_max_file_size: str = Field(
+        default="4g",
+        description="Largest file a task container's agent may write (a hard RLIMIT_FSIZE on its shell and the "
+        "evaluation's agent-side processes); '' for no limit.",
     )
     container_tmp: str = Field(default="1g", description="Size of a task container's /tmp (tmpfs, counts as memory).")
     container_shm: str = Field(default="256m", description="Size of a task container's /dev/shm (counts as memory).")
@@ -102,10 +108,11 @@ class MLGymEnvSettings(BaseModel):
     def _one_or_many(cls, value: Any) -> Any:
         return [value] if isinstance(value, str) else value
 
-    @field_validator("container_memory", "container_disk", "container_tmp", "container_shm")
+    @field_validator("container_memory", "container_disk", "container_max_file_size", "container_tmp", "container_shm")
     @classmethod
     def _size(cls, value: str, info: ValidationInfo) -> str:
-        return checked_size(value, info.field_name, none_ok=info.field_name == "container_disk")
+        unlimited_ok = info.field_name in ("container_disk", "container_max_file_size")
+        return checked_size(value, info.field_name, none_ok=unlimited_ok)
 
     @field_validator("env_gpu", mode="before")
     @classmethod

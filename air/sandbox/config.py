@@ -54,7 +54,19 @@ class SandboxConfig(BaseModel):
     disk: str = Field(
         default="20g",
         description="Most bytes the container may write (the engine's storage option, where its storage driver "
-        "can size a container: overlay2 on xfs with pquota, btrfs, zfs); '' for no limit.",
+        "can size a container: overlay2 on xfs with pquota, btrfs, zfs; elsewhere the container's writable size "
+        "is watched against it: see disk_check_s); '' for no limit.",
+    )
+    disk_check_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="Where the engine cannot size a container: the longest wait between two checks of what it has "
+        "written against `disk` (sooner as the limit nears).",
+    )
+    max_file_size: str = Field(
+        default="4g",
+        description="Largest file the agent's shell and its programs may write (RLIMIT_FSIZE, soft and hard, on "
+        "every engine); '' for no limit.",
     )
     tmp_size: str = Field(default="1g", description="Size of /tmp (a tmpfs: counts against `memory`).")
     shm_size: str = Field(default="256m", description="Size of /dev/shm (counts against `memory`).")
@@ -70,10 +82,10 @@ class SandboxConfig(BaseModel):
     run_id: str = Field(default="default", description="Label naming the run that owns containers.")
     environment: dict[str, str] = Field(default_factory=dict, description="Extra environment variables.")
 
-    @field_validator("memory", "tmp_size", "shm_size", "disk")
+    @field_validator("memory", "tmp_size", "shm_size", "disk", "max_file_size")
     @classmethod
     def _check_size(cls, value: str, info: ValidationInfo) -> str:
-        return checked_size(value, info.field_name, none_ok=info.field_name == "disk")
+        return checked_size(value, info.field_name, none_ok=info.field_name in ("disk", "max_file_size"))
 
     @field_validator("env_gpu")
     @classmethod

@@ -20,6 +20,7 @@ import tarfile
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -28,10 +29,11 @@ import docker.errors
 from docker.models.containers import Container
 
 from air.sandbox.config import SandboxConfig, owner_labels, parse_env_gpu
+from air.sandbox.disk_watch import ContainerStopped, DiskWatch
 from air.sandbox.engine import DOCKER_ERRORS, looks_like_engine_failure, unreachable_message
 from air.sandbox.errors import SandboxDied, SandboxError, SandboxStartError, image_missing
 from air.sandbox.shell import CommandResult, Shell
-from air.sandbox.storage import driver_or_none, quota_refused_hint, storage_kwargs
+from air.sandbox.storage import driver_or_none, quota_refused_hint, storage_kwargs, watches_disk
 
 _client: docker.DockerClient | None = None
 
@@ -136,6 +138,7 @@ class Sandbox:
         self.container = container
         self.config = config
         self.shell = Shell(container, config)
+        self.disk = DiskWatch(container, config, self.shell)  # enabled by ``create`` where the engine has no quota
         self.generation = 0  # the pool's engine generation when this container started (see pool)
 
     @property
@@ -149,7 +152,7 @@ class Sandbox:
         driver = await asyncio.to_thread(driver_or_none, client) if config.disk else None
         kwargs = container_kwargs(config, labels, driver)
         try:
-            container = await asyncio.to_thread(client.containers.run, **kwargs)
+            container = await asyncio.to_thread(_create_and_start, client, kwargs)
         except DOCKER_ERRORS as exc:
             if looks_like_engine_failure(exc):
                 raise SandboxStartError(f"Cannot start a sandbox container: {unreachable_message()} ({exc})") from exc
@@ -163,6 +166,7 @@ class Sandbox:
             ) from exc
         _track(container.id)
         sandbox = cls(container, config)
+        sandbox.disk.enabled = watches_disk(config, driver)
         try:
             await sandbox.shell.start()
         except SandboxDied as exc:
@@ -180,8 +184,28 @@ class Sandbox:
         return sandbox
 
     async def run(self, command: str, timeout: float | None = None) -> CommandResult:
-        """Run ``command`` in the agent's shell."""
-        return await self.shell.run(command, timeout)
+        """Run ``command`` in the agent's shell. While the container is over its disk limit (``disk_watch``) the
+        command still runs, so that it can delete files; if the container is still over after it, it failed."""
+        self.disk.start()
+        result = await self.shell.run(command, timeout)
+        if self.disk.over and not result.halted:  # a halted command says so already
+            try:
+                note = await self.disk.check()  # asked again: the command may have deleted enough
+            except (ContainerStopped, *DOCKER_ERRORS):
+                note = self.disk.message()
+            if note:
+                code = 1 if result.exit_code == 0 else result.exit_code
+                result = replace(result, output=f"{result.output}\n[{note}]", exit_code=code)
+        return result
+
+    async def over_disk_limit(self) -> str | None:
+        """None while the container's writes fit its disk limit, else the message for the agent: an evaluation
+        fails with it. Asked of the engine now where it cannot size containers (the quota keeps it elsewhere:
+        always None there). Raises ``SandboxDied`` when the engine cannot say."""
+        try:
+            return await self.disk.check()
+        except (ContainerStopped, *DOCKER_ERRORS) as exc:
+            raise SandboxDied(f"cannot ask the size of container {self.container.short_id}: {exc}") from exc
 
     async def exec_root(
         self, argv: list[str], timeout: float = 120, workdir: str | None = None, env: dict[str, str] | None = None
@@ -274,6 +298,7 @@ class Sandbox:
             raise SandboxDied(f"read from container {self.container.short_id} failed: {exc}") from exc
 
     async def destroy(self) -> None:
+        self.disk.stop()
         self.shell.close()
         await asyncio.to_thread(destroy_container, self.container)
 
@@ -303,6 +328,19 @@ _live: set[str] = set()
 
 def _track(container_id: str) -> None:
     _live.add(container_id)
+
+
+def _create_and_start(client: docker.DockerClient, kwargs: dict[str, Any]) -> Container:
+    """``containers.run`` in its two steps, so that a container the engine made but could not start (a missing
+    network, a refused device) is removed instead of left behind in the Created state."""
+    container = client.containers.create(**{k: v for k, v in kwargs.items() if k != "detach"})
+    try:
+        container.start()
+    except BaseException:
+        with contextlib.suppress(*DOCKER_ERRORS):
+            container.remove(force=True)
+        raise
+    return container
 
 
 def destroy_container(container: Container | str, client: docker.DockerClient | None = None) -> None:

@@ -35,9 +35,17 @@ def ansi_c_quote(text: str) -> str:
     return "$'" + "".join(_QUOTE_TABLE[b] for b in data) + "'"
 
 
-# stderr joins stdout before bash starts, so its start-up chatter ("no job control in this shell")
-# arrives in order, ahead of the first marker, instead of on Docker's separately-ordered stream.
-SHELL_ARGV = ["bash", "-c", "PS1= PS2= exec bash --noprofile --norc --noediting +m -i 2>&1"]
+def shell_argv(max_file_bytes: int | None = None) -> list[str]:
+    """The exec that starts the shell; ``max_file_bytes`` caps every file it and its children write (RLIMIT_FSIZE,
+    in bash's 1024-byte blocks). ``ulimit -f`` sets the hard limit with the soft one, so the agent cannot raise it
+    again; where it fails, the engine already set a lower hard limit, which then holds."""
+    limit = f"ulimit -f {-(-max_file_bytes // 1024)} 2>/dev/null; " if max_file_bytes else ""
+    # stderr joins stdout before bash starts, so its start-up chatter ("no job control in this shell")
+    # arrives in order, ahead of the first marker, instead of on Docker's separately-ordered stream.
+    return ["bash", "-c", f"{limit}PS1= PS2= exec bash --noprofile --norc --noediting +m -i 2>&1"]
+
+
+SHELL_ARGV = shell_argv()
 SHELL_ENV = {"PS1": "", "PS2": "", "PROMPT_COMMAND": ""}
 
 

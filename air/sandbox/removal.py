@@ -42,6 +42,7 @@ _said_left: set[str] = set()  # left behind with the engine away, and said so on
 def destroy_in_background(sandbox_or_id: Sandbox | str) -> Future[Any]:
     """Destroy a container on a worker thread; the caller never waits for Docker."""
     if isinstance(sandbox_or_id, Sandbox):
+        sandbox_or_id.disk.stop()
         sandbox_or_id.shell.close()
         target: Any = sandbox_or_id.container
         cid = sandbox_or_id.id

@@ -21,15 +21,16 @@ from docker.models.containers import Container
 from air.sandbox.engine import DOCKER_ERRORS
 from air.sandbox.errors import SandboxDied, ShellEnded
 from air.sandbox.protocol import (
-    SHELL_ARGV,
     SHELL_ENV,
     Capture,
     FrameDecoder,
     new_nonce,
     recovery_line,
+    shell_argv,
     shell_setup,
     wrap_command,
 )
+from air.sandbox.storage import size_bytes
 
 if TYPE_CHECKING:
     from air.sandbox.config import SandboxConfig
@@ -50,6 +51,7 @@ class CommandResult:
     truncated: bool = False
     output_bytes: int = 0
     shell_restarted: bool = False
+    halted: bool = False  # stopped by ``Shell.halt`` (the disk watch), its note at the end of the output
 
 
 # Run as root on a timeout. The victims are the shell's descendants started at or after the
@@ -103,9 +105,10 @@ ENDED_NOTE = (
 # reaches all of the agent's processes in one system call, forks in flight included. A killed process still
 # runs until it has exited (its memory torn down: under load, after the next shell has started), so the call is
 # repeated until no process of the agent but this one is alive (zombies hold only a pid), for up to ~10 s.
-# The evaluation's freeze (tasks/scripts/evaluate_workspace.sh) loops the same way; it runs as root a layer
-# above and is not installed in every container, so the sandbox keeps its own.
+# It is the agent's own exec (no root descriptor or variable; its output is discarded, and closed first). The
+# evaluation's freeze (tasks/scripts/agent_freeze.py) loops the same way as a layer above, not in every container.
 _KILL_ALL_OF_AGENT = r"""
+exec </dev/null >/dev/null 2>&1
 for _ in {1..200}; do
   kill -KILL -1 2>/dev/null
   alive=0
@@ -141,7 +144,7 @@ class Shell:
         # connection under the live shell (seen once: EBADF mid-command with 32 shells in one loop).
         self._sock_owner: Any = None
         self._decoder = FrameDecoder()
-        self._lock = asyncio.Lock()
+        self.lock = asyncio.Lock()  # held while a command runs (the disk watch kills only between two)
         self.pid: int | None = None
         # /proc's clock (ticks since boot, as process start times count) minus perf_counter's, in ticks, read at
         # start; never above the true offset, so a command's start maps to or before its real one.
@@ -150,6 +153,8 @@ class Shell:
         # Session set-up (functions, variables) replayed whenever the shell is (re)started.
         self.init_script: str | None = None
         self._freed = False  # the last restart had to kill every process of the agent first
+        self._halt = asyncio.Event()  # set by ``halt``: the command in flight is interrupted
+        self._halt_note = ""
 
     async def start(self, cwd: str | None = None) -> None:
         api = self._container.client.api
@@ -157,7 +162,7 @@ class Shell:
         def _open() -> tuple[socket.socket, Any]:
             exec_id = api.exec_create(
                 self._container.id,
-                SHELL_ARGV,
+                shell_argv(size_bytes(self._config.max_file_size) if self._config.max_file_size else None),
                 stdin=True,
                 stdout=True,
                 stderr=True,
@@ -195,7 +200,7 @@ class Shell:
     async def initialize(self, script: str) -> None:
         """Run ``script`` in the shell now and again after any restart."""
         self.init_script = script
-        async with self._lock:
+        async with self.lock:
             await self._run_init()
 
     async def _run_init(self) -> None:
@@ -203,6 +208,11 @@ class Shell:
         result = await self._run_locked(self.init_script, timeout=60, interruptible=False)
         if result.exit_code != 0:
             raise SandboxDied(f"shell session set-up failed (exit {result.exit_code}): {result.output[-500:]!r}")
+
+    def halt(self, note: str) -> None:
+        """Interrupt the command in flight as a timeout would, ``[note]`` ending its output; none in flight, nothing."""
+        self._halt_note = note
+        self._halt.set()
 
     def close(self) -> None:
         if self._sock is not None:
@@ -216,7 +226,7 @@ class Shell:
     async def run(self, command: str, timeout: float | None = None) -> CommandResult:
         """Run one of the agent's commands. A shell the command ends (``kill -9 $$``, ``exec``) is replaced
         and the output says so; only a container that stopped raises (``SandboxDied``)."""
-        async with self._lock:
+        async with self.lock:
             return await self._run_locked(command, timeout, replace_ended=True)
 
     async def _run_locked(
@@ -228,16 +238,16 @@ class Shell:
         nonce = new_nonce()
         capture = Capture(self._config.max_output_bytes, (nonce,))
         start = time.perf_counter()
-        timed_out = restarted = False
+        timed_out = halted = restarted = False
+        self._halt.clear()  # a halt asked between two commands is not this one's
         try:
             await self._send(wrap_command(command, nonce))
-            try:
-                await asyncio.wait_for(self._read_until_done(capture), timeout)
-            except TimeoutError:
+            stop = await self._wait_done(capture, timeout, haltable=interruptible)
+            if stop is not None:
                 if not interruptible:  # the shell's own set-up: no interrupt and restart (which would run it again)
                     self.close()
-                    raise ShellEnded(f"the shell did not answer within {timeout:g} s") from None
-                timed_out = True
+                    raise ShellEnded(f"the shell did not answer within {timeout:g} s")
+                timed_out, halted = stop == "timeout", stop == "halt"
                 restarted = not await self._interrupt(capture, start)
         except ShellEnded as ended:
             if not replace_ended:
@@ -252,10 +262,10 @@ class Shell:
                 shell_restarted=True,
             )
         output = capture.text()
-        if timed_out:
-            note = f"\n[command timed out after {timeout:g} s and was interrupted"
-            note += "; the shell was restarted, so exported variables were reset]" if restarted else "]"
-            output += note + (FREED_NOTE.format(cwd=self.cwd) if restarted and self._freed else "")
+        if timed_out or halted:
+            why = f"command timed out after {timeout:g} s and was interrupted" if timed_out else self._halt_note
+            why += "; the shell was restarted, so exported variables were reset" if restarted else ""
+            output += f"\n[{why}]" + (FREED_NOTE.format(cwd=self.cwd) if restarted and self._freed else "")
         if capture.cwd:
             self.cwd = capture.cwd
         return CommandResult(
@@ -266,7 +276,24 @@ class Shell:
             truncated=capture.truncated,
             output_bytes=capture.total,
             shell_restarted=restarted,
+            halted=halted,
         )
+
+    async def _wait_done(self, capture: Capture, timeout: float, *, haltable: bool) -> str | None:
+        """Read until the command's marker: None when it came, else why to interrupt it ("timeout", "halt")."""
+        reading = asyncio.ensure_future(self._read_until_done(capture))
+        waits = {reading, asyncio.ensure_future(self._halt.wait())} if haltable else {reading}
+        try:
+            done, _ = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waits:
+                waiter.cancel()
+            # The reader gone before the interrupt reads the socket again; its error, if any, is retrieved.
+            await asyncio.gather(*waits, return_exceptions=True)
+        if reading in done:
+            reading.result()  # ShellEnded, if the shell ended
+            return None
+        return "halt" if done else "timeout"
 
     async def _send(self, data: bytes) -> None:
         try:

@@ -1,11 +1,14 @@
-"""What a container may write: a disk quota where the engine can size containers, and sized /tmp, /dev/shm.
+"""What a container may write: a disk quota where the engine can size containers, a watch where it cannot,
+a per-file limit and sized /tmp, /dev/shm everywhere.
 
 The quota is the engine's own storage option (``storage_opt={"size": ...}``): the kernel answers a write
 past it with "No space left on device" inside the container, so an agent's runaway file fails there
 instead of filling the host's disk. Only some storage drivers can size a container: btrfs (its size
 counts the image's files too), zfs, and overlay2 on xfs mounted with ``pquota``. On any other, overlay2
-on ext4 being most hosts' default, the engine refuses the option, so none is passed and the run logs
-once per engine how to get one. /tmp and /dev/shm are tmpfs mounts of their own size on every engine.
+on ext4 being most hosts' default, the engine refuses the option, so none is passed, the run logs
+once per engine how to get one, and ``disk_watch`` checks the container's writable size against the
+limit instead. On every engine the agent's shell caps each file it and its programs write
+(``max_file_size``, see ``protocol.shell_argv``), and /tmp and /dev/shm are tmpfs mounts of their own size.
 
 No sized volume stands in where the driver cannot size: the only volume an ext4 host's engine sizes is a
 tmpfs, which would charge the workspace's files (datasets, checkpoints) to the container's memory limit.
@@ -48,7 +51,10 @@ def storage_driver(client: docker.DockerClient) -> str:
             if not can_size(_drivers[client]):
                 log.warning(
                     "no disk quota for sandbox containers: this Docker engine's storage driver (%s) cannot size a "
-                    "container; /tmp and /dev/shm are still bounded. For a quota, %s.",
+                    "container. Each file the agent writes is still capped (max_file_size), each container's "
+                    "writable size is checked against its disk limit every few seconds (a process writing past it "
+                    "is killed; a moment's writes may land first), and /tmp and /dev/shm are bounded. For a quota, "
+                    "%s.",
                     _drivers[client],
                     HOW_TO_GET_ONE,
                 )
@@ -57,6 +63,30 @@ def storage_driver(client: docker.DockerClient) -> str:
 
 def can_size(driver: str) -> bool:
     return driver.startswith(_SIZING_DRIVERS) or driver == "overlay2 on xfs"
+
+
+def watches_disk(config: SandboxConfig, driver: str | None) -> bool:
+    """Does a container need its writable size watched (a disk limit, and no quota from the engine to keep it)?"""
+    return bool(config.disk) and not (driver is not None and can_size(driver))
+
+
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def size_bytes(size: str) -> int:
+    """A size setting ("4g", as ``config.checked_size`` admits it) in bytes; binary units, as docker and tmpfs
+    read them. For the layers that apply the same limits to processes of their own (``max_file_size``)."""
+    value = size.strip().lower()
+    unit = value[-1] if value[-1:].isalpha() else ""
+    return int(value.removesuffix(unit)) * _UNITS[unit]
+
+
+def human_size(count: int) -> str:
+    """Bytes as ``du -h`` writes them (binary units): 64M, 1.5G."""
+    for unit in ("t", "g", "m", "k"):
+        if count >= _UNITS[unit]:
+            return f"{count / _UNITS[unit]:.1f}".removesuffix(".0") + unit.upper()
+    return f"{count}B"
 
 
 def storage_kwargs(config: SandboxConfig, driver: str | None) -> dict[str, Any]:

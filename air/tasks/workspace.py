@@ -19,6 +19,7 @@ from typing import Any, Literal
 from air.sandbox.config import WORKSPACE
 from air.sandbox.container import Sandbox
 from air.sandbox.shell import MLGYM_CONDA_BIN
+from air.sandbox.storage import size_bytes
 from air.tasks.config import TaskError, metric_value
 from air.tasks.loader import Task, unique
 from air.tasks.scripts import eval_frame
@@ -175,9 +176,14 @@ class TaskWorkspace:
         if self.seed is not None:
             env["AIR_EVAL_SEED"] = str(evaluation_seed(self.seed, self.evaluations))
         self.evaluations += 1
-        user = self.sandbox.config.user
-        runner = ["--mode", mode, "--timeout", f"{budget:g}", "--agent", user, "--submission-kind", kind, "--"]
         start = time.perf_counter()
+        over_disk = await self.sandbox.over_disk_limit()  # where the engine cannot size the container
+        if over_disk:
+            return Evaluation(None, None, f"No evaluation: {over_disk}", "evaluation_failed")
+        config = self.sandbox.config
+        file_size = str(size_bytes(config.max_file_size)) if config.max_file_size else "0"
+        runner = ["--mode", mode, "--timeout", f"{budget:g}", "--agent", config.user, "--submission-kind", kind]
+        runner += ["--max-file-size", file_size, "--"]
         code, out = await self.sandbox.exec_root(
             ["sh", "-c", _RUN_RUNNER, self.python, *runner, *argv], timeout=budget + RUNNER_MARGIN_S, env=env
         )
@@ -186,7 +192,7 @@ class TaskWorkspace:
             payload = eval_frame.decode(key, out.encode("utf-8", "replace"))
         except eval_frame.FrameError as exc:
             if code in (124, 137):  # the runner itself was cut: it could not resume the agent's processes
-                await self.sandbox.exec_root(["sh", "-c", _THAW, self.python, user], timeout=30)
+                await self.sandbox.exec_root(["sh", "-c", _THAW, self.python, config.user], timeout=30)
                 message = f"The evaluation ran past its budget ({budget:g} s) and was stopped: no score."
             else:
                 message = f"Evaluation could not run ({exc}): {out.strip()[-2000:]}"

@@ -153,7 +153,7 @@ async def test_mlgym_layout_with_absolute_paths_and_known_leak(sandbox: Sandbox,
         ("chatty", "touch submission.csv", "evaluation_format_error", "one JSON object"),
         ("modelish", "", "submission_not_found", "*.yaml"),
         ("modelish", "mkdir -p ckpt && echo a: 1 > ckpt/config.yaml", "ok", ""),
-        ("slow", "", "evaluation_failed", "time limit"),
+        ("slow", "", "evaluation_failed", "ran past its budget of 3 s"),  # the task's training_timeout caps it
         ("crashing", "", "evaluation_failed", "exited with code 3"),  # not mistaken for "no submission"
     ],
 )

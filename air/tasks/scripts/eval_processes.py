@@ -36,8 +36,13 @@ class Drain(threading.Thread):
         os.close(self.fd)
 
 
-def limits(memory: int | None, processes: int, cpus: set[int] | None = None):
+def limits(memory: int | None, processes: int, cpus: set[int] | None = None, file_size: int = 0):
+    """What a child starts under: address space, processes, no core dumps, its CPUs, and the largest file it
+    may write (``file_size``, the agent's shell's own cap: 0 for none)."""
+
     def apply() -> None:
+        if file_size:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
         if memory:
             resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
         resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))

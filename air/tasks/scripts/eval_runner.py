@@ -145,6 +145,7 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, required=True)
     parser.add_argument("--agent", required=True)
     parser.add_argument("--submission-kind", choices=("csv", "yaml", "none"), required=True)
+    parser.add_argument("--max-file-size", type=int, default=0, help="bytes; the agent's shell's cap (0: none)")
     parser.add_argument("argv", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     args.seed = seed
@@ -310,7 +311,7 @@ def evaluate(
             group=agent.pw_gid,
             extra_groups=[],
             start_new_session=True,
-            preexec_fn=limits(WORKER_MEMORY, WORKER_PROCESSES, worker_cpus),
+            preexec_fn=limits(WORKER_MEMORY, WORKER_PROCESSES, worker_cpus, args.max_file_size),
         )
         oom_first(worker.pid)
         os.close(worker_write)
@@ -340,7 +341,7 @@ def evaluate(
         group=gid,
         extra_groups=[],
         start_new_session=True,
-        preexec_fn=limits(None, EVALUATOR_PROCESSES, evaluator_cpus),
+        preexec_fn=limits(None, EVALUATOR_PROCESSES, evaluator_cpus, args.max_file_size),
     )
     os.close(out_write)
     os.close(err_write)

@@ -1,0 +1,36 @@
+"""Round 2's disk attack on an engine that cannot size containers (overlay2 on ext4, this machine): an agent
+wrote a 1 GB file in its home in one command. Now each file is capped and the container's writable size is
+watched (air/sandbox/disk_watch.py); through the env's rollout path, going over is the agent's failure: its
+commands and its evaluation fail with the reason, nothing is masked, and once it deletes the files the next
+evaluation is whole."""
+
+from __future__ import annotations
+
+import docker
+import pytest
+
+from air.sandbox.storage import can_size, storage_driver
+from tests.red_team import RESTORE, check_rollout, honest_evaluation, run_attack
+
+pytestmark = pytest.mark.docker
+
+ONE_BIG_FILE = "head -c 100M /dev/zero > ~/big.bin; echo exit=$?; ls -la ~/big.bin"
+MANY_FILES = "for i in $(seq 1 30); do head -c 6M /dev/zero > ~/part$i.bin || break; done; sleep 15; echo done"
+
+
+@pytest.mark.timeout(300)
+async def test_writing_past_the_bounds_fails_the_agent_not_the_rollout(tmp_path, docker_image):
+    if can_size(storage_driver(docker.from_env())):
+        pytest.skip("this engine sizes containers itself: tests/sandbox/test_disk_limits.py covers its quota")
+    commands = [ONE_BIG_FILE, MANY_FILES, "validate", "rm -f ~/*.bin; du -sh ~", RESTORE, "validate"]
+    output, record = await run_attack(
+        tmp_path, docker_image, commands, container_disk="64m", container_max_file_size="8m"
+    )
+    check_rollout(output, record)  # not masked
+    big = record.turns[0].output
+    assert "File size limit exceeded" in big or "File too large" in big or "exit=153" in big, big
+    assert "8388608" in big, big  # the file stopped at the cap
+    assert "disk limit" in record.turns[1].output, record.turns[1].output
+    over = record.turns[2].evaluation
+    assert over is not None and over.status == "evaluation_failed" and "disk limit" in over.error, over
+    honest_evaluation(record, 5)  # files deleted: the next evaluation is whole
