@@ -201,7 +201,10 @@ class Sandbox:
     async def over_disk_limit(self) -> str | None:
         """None while the container's writes fit its disk limit, else the message for the agent: an evaluation
         fails with it. Asked of the engine now where it cannot size containers (the quota keeps it elsewhere:
-        always None there). Raises ``SandboxDied`` when the engine cannot say."""
+        always None there; none asked while the last check leaves no room to have passed it since). Raises
+        ``SandboxDied`` when the engine cannot say."""
+        if not self.disk.could_be_over():
+            return None
         try:
             return await self.disk.check()
         except (ContainerStopped, *DOCKER_ERRORS) as exc:

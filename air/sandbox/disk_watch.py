@@ -78,6 +78,7 @@ class DiskWatch:
         self.limit = size_bytes(config.disk) if config.disk else 0
         self.used: int | None = None  # bytes at the last check
         self.cost_s = 0.0  # how long the last check took
+        self.checked_at = 0.0  # time.monotonic() of the last check
         self._lock = asyncio.Lock()  # one check at a time: the watch's, a command's, an evaluation's
         self._task: asyncio.Task[None] | None = None
 
@@ -121,7 +122,7 @@ class DiskWatch:
             before = self.used
             started = time.perf_counter()
             used = await asyncio.to_thread(self._measure)
-            self.cost_s, self.used = time.perf_counter() - started, used
+            self.cost_s, self.used, self.checked_at = time.perf_counter() - started, used, time.monotonic()
             if used <= self.limit:
                 if before is not None and before > self.limit:
                     log.info("sandbox %s is back under its disk limit", self._container.short_id)
@@ -136,6 +137,15 @@ class DiskWatch:
                 async with self._shell.lock:
                     await self._stop_writers()
             return note
+
+    def could_be_over(self) -> bool:
+        """Whether the container could have passed its limit since the last check, at FAST_WRITES; never
+        checked counts as could. Lets an evaluation skip asking the engine when it cannot have."""
+        if not self.enabled:
+            return False
+        if self.used is None:
+            return True
+        return self.used + FAST_WRITES * (time.monotonic() - self.checked_at) > self.limit
 
     def next_delay(self) -> float:
         """Seconds to the next check: ``disk_check_s`` at most, sooner when what is left could be written sooner."""

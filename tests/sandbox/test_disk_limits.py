@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 
 import pytest
 
@@ -86,6 +87,18 @@ def test_checks_come_sooner_as_the_limit_nears_and_never_load_the_engine():
     assert delays == [10, 2, 1, MIN_DELAY_S, MIN_DELAY_S]
     watch.cost_s = 2.0  # a container of a million files: the engine's walk takes seconds
     assert watch.next_delay() == 40
+
+
+def test_an_evaluation_asks_the_engine_only_when_the_limit_could_have_been_passed():
+    watch = DiskWatch(None, SandboxConfig(image="x", disk="20g"), None, enabled=True)  # type: ignore[arg-type]
+    assert watch.could_be_over()  # never checked
+    watch.used, watch.checked_at = 1 << 30, time.monotonic()
+    assert not watch.could_be_over()  # 19 GiB left: not writable in the moment since
+    watch.checked_at -= 30  # 30 s at a fast disk's 1 GiB/s could have filled it
+    assert watch.could_be_over()
+    watch.used, watch.checked_at = 21 << 30, time.monotonic()
+    assert watch.could_be_over()  # over at the last check
+    assert not DiskWatch(None, SandboxConfig(image="x", disk="20g"), None).could_be_over()  # type: ignore[arg-type]
 
 
 # dd's error (a tmpfs is full: ENOSPC; a btrfs quota: EDQUOT), then the megabytes it wrote.
