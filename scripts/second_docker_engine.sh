@@ -6,7 +6,8 @@
 #       file of SIZE (loop-mounted, storage driver btrfs): an engine that can give containers a disk quota
 #   bash scripts/second_docker_engine.sh stop DIR               # stops it (its containers go with it)
 # Then: export DOCKER_HOST=unix://DIR/docker.sock for the processes that should use it.
-# Needs root (dockerd) and the docker CLI. No bridge network: sandbox containers run with network "none".
+# Needs root (dockerd, unshare) and the docker CLI. No bridge network: sandbox containers run with network
+# "none", and the engine runs in a network namespace of its own.
 set -euo pipefail
 
 usage() { echo "usage: $0 start DIR [--btrfs SIZE] [IMAGE...] | stop DIR" >&2; exit 2; }
@@ -43,7 +44,9 @@ start)
         # exec-root holds containerd's sockets: a short path keeps them under the 108-byte limit.
         exec_root=$(mktemp -d /tmp/air-engine-XXXXXX)
         echo "$exec_root" > "$dir/exec-root"
-        nohup dockerd --host "unix://$socket" --data-root "$dir/data" --exec-root "$exec_root" \
+        # In a network namespace of its own: a dockerd started with --bridge none deletes any docker0 it sees,
+        # which on this host is the first engine's bridge (its containers would lose their network).
+        nohup unshare --net dockerd --host "unix://$socket" --data-root "$dir/data" --exec-root "$exec_root" \
             --pidfile "$dir/docker.pid" "${driver[@]}" --bridge none --iptables=false --ip6tables=false --ip-masq=false \
             > "$dir/dockerd.log" 2>&1 &
         for _ in $(seq 60); do

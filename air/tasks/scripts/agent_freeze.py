@@ -10,7 +10,7 @@ kill``, as before) was the agent's to trace, and it held root's output and envir
   permission is the sender's real or effective uid against the target's real or saved one), keeps saved
   uid and every gid root's: ptrace demands all of them equal the tracer's, and /proc/PID/{environ,fd,mem}
   demand ptrace's permission, so no process of the agent can read, trace or write it;
-- is made non-dumpable (the kernel does so on the uid change; said again in case of a lax suid_dumpable).
+- is non-dumpable besides (the kernel makes it so on the uid change), though the saved uid alone refuses ptrace.
 
 The agent may still signal it (same real uid): a stopped or vanished sender is waited for a bounded time and
 then killed; the freeze then looks again, and gives up (no score) after its deadline, never hanging.
@@ -18,15 +18,14 @@ then killed; the freeze then looks again, and gives up (no score) after its dead
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import time
 
 SENDER_WAIT_S = 2.0  # a sender runs for microseconds; one the agent stopped is killed after this
-FREEZE_DEADLINE_S = 10.0  # a signal takes effect when its process next runs: look again, send again
-_PR_SET_DUMPABLE = 4
-_libc = ctypes.CDLL(None, use_errno=True)  # loaded before any fork: the child only calls into it
+FREEZE_DEADLINE_S = 10.0  # then no evaluation: the agent kept a process running
+RESEND_S = 0.05
+LOOK_AGAIN_S = 0.002
 
 
 def _field(status: str, key: str) -> str:
@@ -71,7 +70,6 @@ def signal_all_as(uid: int, signum: int) -> bool:
         try:
             os.closerange(0, 1 << 20)
             os.setresuid(uid, uid, 0)
-            _libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
             _send(signum)
             code = 0
         finally:
@@ -90,14 +88,20 @@ def signal_all_as(uid: int, signum: int) -> bool:
 
 
 def freeze(uid: int) -> list[int]:
-    """Stop every process of ``uid``; [] when none runs, else those still running at the deadline."""
+    """Stop every process of ``uid``; [] when none runs, else those still running at the deadline. A signal
+    takes effect when its process next runs (a few scheduler ticks under load): look again every few
+    milliseconds, and send again every RESEND_S, for forks made since."""
     deadline = time.monotonic() + FREEZE_DEADLINE_S
     while True:
         signal_all_as(uid, signal.SIGSTOP)
-        running = running_processes(uid)
-        if not running or time.monotonic() > deadline:
-            return running
-        time.sleep(0.05)
+        resend_at = time.monotonic() + RESEND_S
+        while True:
+            running = running_processes(uid)
+            if not running or time.monotonic() > deadline:
+                return running
+            if time.monotonic() > resend_at:
+                break
+            time.sleep(LOOK_AGAIN_S)
 
 
 def thaw(uid: int) -> None:
