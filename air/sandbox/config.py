@@ -30,6 +30,18 @@ def checked_size(value: str, name: str, *, none_ok: bool = False) -> str:
     return value.strip().lower()
 
 
+SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}  # binary, as docker and tmpfs read them
+
+
+def size_bytes(size: str) -> int:
+    """A size as ``checked_size`` admits it ("4g") in bytes; '' (no limit) is 0."""
+    value = size.strip().lower()
+    if not value:
+        return 0
+    unit = value[-1] if value[-1:].isalpha() else ""
+    return int(value.removesuffix(unit)) * SIZE_UNITS[unit]
+
+
 def parse_env_gpu(env_gpu: str | None) -> list[str]:
     """``"7"`` or ``"6,7"`` -> device ids; ``None``/``""`` -> no GPU."""
     if env_gpu is None or str(env_gpu).strip() == "":
@@ -92,6 +104,17 @@ class SandboxConfig(BaseModel):
     def _check_gpu(cls, value: str | None) -> str | None:
         parse_env_gpu(value)
         return value
+
+    @property
+    def disk_bytes(self) -> int:
+        """``disk`` in bytes; 0: no limit."""
+        return size_bytes(self.disk)
+
+    @property
+    def max_file_bytes(self) -> int:
+        """``max_file_size`` in bytes, as the agent's shell and the evaluation's agent-side processes apply it;
+        0: no limit."""
+        return size_bytes(self.max_file_size)
 
     def resolved_image(self) -> str:
         """The image setting, else $AIR_IMAGE, else the tag the current recipe hashes to."""

@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING
 import docker.errors
 
 from air.sandbox.engine import DOCKER_ERRORS
-from air.sandbox.storage import human_size, size_bytes
+from air.sandbox.protocol import kill_agent_argv
+from air.sandbox.storage import human_size
 
 if TYPE_CHECKING:
     from docker.models.containers import Container
@@ -41,26 +42,6 @@ log = logging.getLogger(__name__)
 FAST_WRITES = 1 << 30  # bytes per second a fast disk takes: how soon what is left of the limit could be gone
 MIN_DELAY_S = 0.5  # the shortest wait between two checks, near or over the limit
 COST_FACTOR = 20  # a check waits at least this many times its own cost: the engine walks at most 5% of the time
-
-# Run as the agent: every process of the agent but its shell ($1) is killed, until none is left (a killed
-# process is still listed until it has exited; a fork in flight shows up on the next pass). Builtins only, so
-# it works when the agent's processes hold every pid (see shell._KILL_ALL_OF_AGENT).
-_KILL_ALL_BUT_SHELL = r"""
-exec </dev/null >/dev/null 2>&1
-for _ in {1..200}; do
-  alive=0
-  for stat in /proc/[0-9]*/stat; do
-    read -r pid rest 2>/dev/null < "$stat" || continue
-    state=${rest##*) }; state=${state%% *}
-    if [[ $pid != "$$" && $pid != "$1" && $state != [ZX] && -O /proc/$pid ]]; then
-      kill -KILL "$pid" 2>/dev/null; alive=1
-    fi
-  done
-  (( alive )) || exit 0
-  sleep 0.05 2>/dev/null
-done
-exit 1
-"""
 
 
 class ContainerStopped(Exception):
@@ -75,7 +56,7 @@ class DiskWatch:
         self._config = config
         self._shell = shell
         self.enabled = enabled
-        self.limit = size_bytes(config.disk) if config.disk else 0
+        self.limit = config.disk_bytes
         self.used: int | None = None  # bytes at the last check
         self.cost_s = 0.0  # how long the last check took
         self.checked_at = 0.0  # time.monotonic() of the last check
@@ -165,7 +146,7 @@ class DiskWatch:
         return int(info.get("SizeRw") or 0)  # left out while nothing was written
 
     async def _stop_writers(self) -> None:
-        argv = ["bash", "-c", _KILL_ALL_BUT_SHELL, "stopwriters", str(self._shell.pid or 0)]
+        argv = kill_agent_argv(spare_pid=self._shell.pid or 0)  # every process of the agent but its shell
         try:
             await asyncio.to_thread(self._container.exec_run, argv, user=self._config.user)
         except DOCKER_ERRORS as exc:  # the next check tries again

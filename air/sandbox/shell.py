@@ -24,13 +24,13 @@ from air.sandbox.protocol import (
     SHELL_ENV,
     Capture,
     FrameDecoder,
+    kill_agent_argv,
     new_nonce,
     recovery_line,
     shell_argv,
     shell_setup,
     wrap_command,
 )
-from air.sandbox.storage import size_bytes
 
 if TYPE_CHECKING:
     from air.sandbox.config import SandboxConfig
@@ -99,29 +99,6 @@ ENDED_NOTE = (
     "Files are intact; shell variables, functions and jobs of the old shell are gone]"
 )
 
-# Run as the agent when no new shell starts in a running container: the agent's processes hold every pid
-# the container may have (a fork bomb), so not even the shell's first fork succeeds. The exec itself gets in
-# (pids.max is checked at fork, not when the engine moves an exec into the container); kill(-1) as the agent
-# reaches all of the agent's processes in one system call, forks in flight included. A killed process still
-# runs until it has exited (its memory torn down: under load, after the next shell has started), so the call is
-# repeated until no process of the agent but this one is alive (zombies hold only a pid), for up to ~10 s.
-# It is the agent's own exec (no root descriptor or variable; its output is discarded, and closed first). The
-# evaluation's freeze (tasks/scripts/agent_freeze.py) loops the same way as a layer above, not in every container.
-_KILL_ALL_OF_AGENT = r"""
-exec </dev/null >/dev/null 2>&1
-for _ in {1..200}; do
-  kill -KILL -1 2>/dev/null
-  alive=0
-  for stat in /proc/[0-9]*/stat; do
-    read -r pid rest 2>/dev/null < "$stat" || continue
-    state=${rest##*) }; state=${state%% *}
-    if [[ $pid != "$$" && $state != [ZX] && -O /proc/$pid ]]; then alive=1; break; fi
-  done
-  (( alive )) || exit 0
-  sleep 0.05 2>/dev/null
-done
-exit 1
-"""
 FREED_NOTE = (
     "\n[no new shell could start: the container's process limit was reached. Every process of the agent was "
     "killed (background jobs included) and a new shell was started in {cwd}. Files are intact]"
@@ -162,7 +139,7 @@ class Shell:
         def _open() -> tuple[socket.socket, Any]:
             exec_id = api.exec_create(
                 self._container.id,
-                shell_argv(size_bytes(self._config.max_file_size) if self._config.max_file_size else None),
+                shell_argv(self._config.max_file_bytes),
                 stdin=True,
                 stdout=True,
                 stderr=True,
@@ -361,9 +338,7 @@ class Shell:
         except ShellEnded:
             self.close()
         try:
-            await asyncio.to_thread(
-                self._container.exec_run, ["bash", "-c", _KILL_ALL_OF_AGENT], user=self._config.user
-            )
+            await asyncio.to_thread(self._container.exec_run, kill_agent_argv(), user=self._config.user)
         except DOCKER_ERRORS as exc:
             raise await self._died(f"cannot end the agent's processes to start a new shell: {exc}") from exc
         await self.start(cwd=cwd)

@@ -23,7 +23,7 @@ from typing import Any
 
 import docker
 
-from air.sandbox.config import SandboxConfig
+from air.sandbox.config import SIZE_UNITS, SandboxConfig
 from air.sandbox.engine import DOCKER_ERRORS
 
 log = logging.getLogger(__name__)
@@ -70,22 +70,11 @@ def watches_disk(config: SandboxConfig, driver: str | None) -> bool:
     return bool(config.disk) and not (driver is not None and can_size(driver))
 
 
-_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-
-
-def size_bytes(size: str) -> int:
-    """A size setting ("4g", as ``config.checked_size`` admits it) in bytes; binary units, as docker and tmpfs
-    read them. For the layers that apply the same limits to processes of their own (``max_file_size``)."""
-    value = size.strip().lower()
-    unit = value[-1] if value[-1:].isalpha() else ""
-    return int(value.removesuffix(unit)) * _UNITS[unit]
-
-
 def human_size(count: int) -> str:
     """Bytes as ``du -h`` writes them (binary units): 64M, 1.5G."""
     for unit in ("t", "g", "m", "k"):
-        if count >= _UNITS[unit]:
-            return f"{count / _UNITS[unit]:.1f}".removesuffix(".0") + unit.upper()
+        if count >= SIZE_UNITS[unit]:
+            return f"{count / SIZE_UNITS[unit]:.1f}".removesuffix(".0") + unit.upper()
     return f"{count}B"
 
 

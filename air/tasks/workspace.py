@@ -19,7 +19,6 @@ from typing import Any, Literal
 from air.sandbox.config import WORKSPACE
 from air.sandbox.container import Sandbox
 from air.sandbox.shell import MLGYM_CONDA_BIN
-from air.sandbox.storage import size_bytes
 from air.tasks.config import TaskError, metric_value
 from air.tasks.loader import Task, unique
 from air.tasks.scripts import eval_frame
@@ -30,9 +29,10 @@ AIR_LIB = "/opt/air-lib"  # the evaluation's own code (root's, readable by all, 
 PRIVATE_COPY = "/opt/air-eval/task"  # the evaluator's copy of the task, unreachable by the agent
 # Beyond the evaluator's budget, what the runner may take: the freeze (<= 10 s), copies, bounded reaping.
 RUNNER_MARGIN_S = 120.0
-# The runner on the image's python3 (an MLGym image's may be elsewhere: then the task's interpreter).
-_RUN_RUNNER = f'exec "$(command -v python3 || echo "$0")" -I -B {AIR_LIB}/eval_runner.py "$@"'
-_THAW = f'exec "$(command -v python3 || echo "$0")" -I -B {AIR_LIB}/agent_freeze.py thaw "$1"'
+# Our scripts on the image's python3 (an MLGym image's may be elsewhere: then the task's interpreter, $0).
+_ROOT_PYTHON = 'exec "$(command -v python3 || echo "$0")" -I -B'
+_RUN_RUNNER = f'{_ROOT_PYTHON} {AIR_LIB}/eval_runner.py "$@"'
+_THAW = f'{_ROOT_PYTHON} {AIR_LIB}/agent_freeze.py thaw "$1"'
 
 
 @dataclass(frozen=True)
@@ -181,9 +181,8 @@ class TaskWorkspace:
         if over_disk:
             return Evaluation(None, None, f"No evaluation: {over_disk}", "evaluation_failed")
         config = self.sandbox.config
-        file_size = str(size_bytes(config.max_file_size)) if config.max_file_size else "0"
         runner = ["--mode", mode, "--timeout", f"{budget:g}", "--agent", config.user, "--submission-kind", kind]
-        runner += ["--max-file-size", file_size, "--"]
+        runner += ["--max-file-size", str(config.max_file_bytes), "--"]
         code, out = await self.sandbox.exec_root(
             ["sh", "-c", _RUN_RUNNER, self.python, *runner, *argv], timeout=budget + RUNNER_MARGIN_S, env=env
         )

@@ -16,11 +16,11 @@ import time
 import pytest
 
 from air.env.settings import MLGymEnvSettings
-from air.sandbox.config import SandboxConfig, owner_labels
+from air.sandbox.config import SandboxConfig, owner_labels, size_bytes
 from air.sandbox.container import Sandbox, container_kwargs, reset_docker_client
 from air.sandbox.disk_watch import MIN_DELAY_S, DiskWatch
 from air.sandbox.protocol import shell_argv
-from air.sandbox.storage import human_size, quota_refused_hint, size_bytes, storage_kwargs, watches_disk
+from air.sandbox.storage import human_size, quota_refused_hint, storage_kwargs, watches_disk
 from tests.red_team import check_rollout, run_attack
 from tests.second_engine import SecondEngine
 
@@ -62,6 +62,7 @@ def test_a_size_docker_and_tmpfs_would_not_read_is_refused_at_load(size):
 
 def test_sizes_in_bytes_and_back():
     assert [size_bytes(s) for s in ("4g", "8M", "512", "3k", "1t")] == [4 << 30, 8 << 20, 512, 3 << 10, 1 << 40]
+    assert size_bytes("") == 0  # no limit
     assert [human_size(n) for n in (64 << 20, int(100.4 * 2**20), 20 << 30, 900)] == ["64M", "100.4M", "20G", "900B"]
 
 

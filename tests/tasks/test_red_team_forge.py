@@ -31,7 +31,7 @@ from tests.red_team import (
     run_attack,
     wrap,
 )
-from tests.red_team_forge import forge_source
+from tests.red_team_forge import PROC_READERS, forge_source
 
 pytestmark = [
     pytest.mark.docker,
@@ -44,23 +44,12 @@ TRIES = int(os.environ.get("AIR_TEST_FORGE_TRIES", "12"))
 # and descriptors as far as the agent may read them, once per evaluation, to LOOT/inside.jsonl.
 INSIDE_SCAN = """
 if _rt_calls == 1:
-    import json as _rt_json, os as _rt_os
-    def _rt_read(path):
-        try:
-            with open(path, "rb") as f:
-                return f.read().decode("latin-1")
-        except OSError as exc:
-            return "<%s>" % exc.strerror
+    import json as _rt_json
     _rt_seen = []
     for _rt_pid in [p for p in _rt_os.listdir("/proc") if p.isdigit()]:
-        _rt_fds = {}
-        try:
-            for _rt_fd in _rt_os.listdir("/proc/%s/fd" % _rt_pid):
-                _rt_fds[_rt_fd] = _rt_os.readlink("/proc/%s/fd/%s" % (_rt_pid, _rt_fd))
-        except OSError as exc:
-            _rt_fds["error"] = exc.strerror
-        _rt_seen.append({"pid": _rt_pid, "environ": _rt_read("/proc/%s/environ" % _rt_pid),
-                         "cmdline": _rt_read("/proc/%s/cmdline" % _rt_pid), "fds": _rt_fds})
+        _rt_seen.append({"pid": _rt_pid, "environ": _rt_read("/proc/%s/environ" % _rt_pid).decode("latin-1"),
+                         "cmdline": _rt_read("/proc/%s/cmdline" % _rt_pid).decode("latin-1"),
+                         "fds": _rt_fds(_rt_pid)})
     try:
         _rt_os.makedirs("/tmp/redteam_loot", exist_ok=True)
         with open("/tmp/redteam_loot/inside.jsonl", "a") as f:
@@ -110,7 +99,7 @@ def _lines(text: str, marker: str) -> list:
 @pytest.mark.timeout(300 + 15 * TRIES)
 async def test_no_process_of_the_agent_holds_roots_output_or_secrets(tmp_path, docker_image):
     commands = [
-        plant("", wrap(INSIDE_SCAN)),
+        plant(PROC_READERS, wrap(INSIDE_SCAN)),  # the readers at module level, the scan in row_strategy
         background("forge", forge_source()),
         *["validate"] * TRIES,
         RESTORE,

@@ -156,29 +156,27 @@ def main() -> int:
 
 def evaluate_frozen(args: argparse.Namespace) -> dict:
     """The evaluation's payload: every process of the agent stopped throughout, resumed afterwards."""
-    uid = pwd.getpwnam(args.agent).pw_uid
+    agent = pwd.getpwnam(args.agent)
     try:
-        still = agent_freeze.freeze(uid)
+        still = agent_freeze.freeze(agent.pw_uid)
         if still:
             listed_pids = " ".join(map(str, still[:20]))
             return failure(
                 "The agent's processes could not all be stopped for the evaluation "
                 f"(still running: {listed_pids}): no score."
             )
-        return run(args)
-    except OSError as exc:
-        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
-            return failure(f"a fault in the evaluation's runner:\n{traceback.format_exc()[-3000:]}")
-        # The agent filled the container's disk (quota, /tmp): its doing, said plainly (a failed evaluation).
-        return result(
-            rc=1,
-            stderr=f"The container's disk is full ({exc.strerror}), so the workspace could not be "
-            "copied for evaluation. Free space (large files in the workspace or /tmp) and try again.\n",
-        )
-    except Exception:  # noqa: BLE001 - any fault of ours is one failed evaluation, said with its cause
+        return run(args, agent)
+    except Exception as exc:  # noqa: BLE001 - any fault is one failed evaluation, said with its cause
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            # The agent filled the container's disk (quota, /tmp): its doing, said plainly (a failed evaluation).
+            return result(
+                rc=1,
+                stderr=f"The container's disk is full ({exc.strerror}), so the workspace could not be "
+                "copied for evaluation. Free space (large files in the workspace or /tmp) and try again.\n",
+            )
         return failure(f"a fault in the evaluation's runner:\n{traceback.format_exc()[-3000:]}")
     finally:
-        agent_freeze.thaw(uid)
+        agent_freeze.thaw(agent.pw_uid)
 
 
 def failure(message: str) -> dict:
@@ -215,13 +213,12 @@ def find_yaml_submission() -> str | None:
     return min(found) if found else None
 
 
-def run(args: argparse.Namespace) -> dict:
+def run(args: argparse.Namespace, agent: pwd.struct_passwd) -> dict:
     evaluator_argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
-    submission = None
+    submission = copied = None
     if args.submission_kind == "csv":  # scored from the private copy, where it is copied without following links
-        submission, args.submission = str(PRIVATE / "submission.csv"), "submission.csv"
-    else:
-        args.submission = None
+        copied = "submission.csv"
+        submission = str(PRIVATE / copied)
     if args.submission_kind == "yaml":  # a model task's config file, read in place (find follows no link)
         submission = find_yaml_submission()
         if submission is None:
@@ -231,7 +228,6 @@ def run(args: argparse.Namespace) -> dict:
             )
     if submission is not None:
         evaluator_argv = [arg.replace("{submission}", submission) for arg in evaluator_argv]
-    agent = pwd.getpwnam(args.agent)
     gid = grp.getgrnam(EVALUATOR_USER).gr_gid
     protected, secret = set(listed("protected.txt")), set(listed("secret.txt"))
     agent_modules = listed("agent_modules.txt")
@@ -239,12 +235,12 @@ def run(args: argparse.Namespace) -> dict:
 
     prepare_private_copy(args.mode, protected, gid, agent_modules)
     try:
-        if args.submission:
-            workspace_guard.copy_submission(args.submission, PRIVATE / args.submission)
-            os.chown(PRIVATE / args.submission, 0, gid)
-            os.chmod(PRIVATE / args.submission, 0o640)
+        if copied:
+            workspace_guard.copy_submission(copied, PRIVATE / copied)
+            os.chown(PRIVATE / copied, 0, gid)
+            os.chmod(PRIVATE / copied, 0o640)
             column = "".join(listed("id_column.txt"))
-            refused = column and submission_checks.repeated_id(PRIVATE / args.submission, column)
+            refused = column and submission_checks.repeated_id(PRIVATE / copied, column)
             if refused:  # reported like a failed evaluator: exit code 1, the reason as its stderr
                 return result(rc=1, stderr=refused)
         if args.mode == "model":  # the evaluator works in the workspace: the task's files back in it
