@@ -29,21 +29,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from air.env import prompts
+from air.env import prompts, trajectories
 from air.env.actions import format_error_observation, parse_action
 from air.env.command_programs import command_timeout
 from air.env.rewards import RewardTracker
-from air.env.rollout import Rollout, exit_status_of
+from air.env.rollout import CANCELLED, Rollout, exit_status_of
 from air.env.settings import MLGymEnvSettings
-from air.env.trajectories import (
-    BaselineInfo,
-    TrajectoryRecord,
-    Turn,
-    TurnEvaluation,
-    error_chain,
-    error_line,
-    write_trajectory,
-)
+from air.env.trajectories import BaselineInfo, TrajectoryRecord, Turn, TurnEvaluation, error_chain, error_line
 from air.sandbox.config import SandboxConfig
 from air.sandbox.engine import DOCKER_ERRORS
 from air.sandbox.errors import SandboxError, SandboxesUnavailable
@@ -129,6 +121,7 @@ class MLGymCore:
             engine_wait_s=settings.engine_wait,
         )
         self.trajectory_dir: Path | None = settings.trajectory_path() if settings.save_trajectories else None
+        self.cancel_cause: str | None = None  # why the run is stopping, set by its driver: the record's error
         self._pool: SandboxPool | None = None
         self._pool_loop: asyncio.AbstractEventLoop | None = None
         self._pool_pid: int | None = None
@@ -352,6 +345,8 @@ class MLGymCore:
         when it is an exception)."""
         if chain_of is None and isinstance(error, BaseException):
             chain_of = error
+        if rollout.exit_status == "cancelled" and error is None:  # cut short: any reward would be made up
+            error = self.cancel_cause or CANCELLED
         task = rollout.task
         finished = datetime.now(UTC)
         return TrajectoryRecord(
@@ -388,7 +383,7 @@ class MLGymCore:
         if self.trajectory_dir is None:
             return None
         try:
-            return await asyncio.to_thread(write_trajectory, record, self.trajectory_dir)
+            return await asyncio.to_thread(trajectories.write_trajectory, record, self.trajectory_dir)
         except Exception as exc:
             log.warning("could not save the trajectory of a %s rollout: %s", record.task, exc)
             return None

@@ -44,6 +44,11 @@ class Rollout:
         return None if limit is None else limit - (time.monotonic() - self.clock_start)
 
 
+# The error of a rollout cut short when its driver gave no cause. It ended mid-play: its reward would be
+# that of an unfinished workspace, so it has none, and no mean or count takes it in.
+CANCELLED = "cancelled before it ended (its run stopped, or the orchestrator dropped it): no reward"
+
+
 def exit_status_of(rollout: Rollout, state: Mapping[str, Any], cancelled: bool) -> str:
     if cancelled:
         return "cancelled"

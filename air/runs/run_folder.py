@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from air.runs.interruption import holds_a_finished_rollout
+
 # What a standalone run writes into its folder (nothing else is removed by --overwrite).
 RUN_FILES = frozenset({"run.log", "steps.jsonl", "summary.json", "trajectories", "wandb"})
 CLAIM = "run.log"
@@ -33,10 +35,9 @@ class RunFolder:
     made_from: Path | None = None  # the outermost folder this run made to hold it (outputs/, say)
 
     def recorded_anything(self) -> bool:
-        trajectories = self.path / "trajectories"
-        has_trajectory = trajectories.is_dir() and any(p.suffix == ".json" for p in trajectories.rglob("*.json"))
+        """A finished rollout or a step: rollouts Ctrl-C cut short (no reward) alone are not worth a folder."""
         steps = self.path / "steps.jsonl"
-        return has_trajectory or (steps.is_file() and steps.stat().st_size > 0)
+        return holds_a_finished_rollout(self.path / "trajectories") or (steps.is_file() and steps.stat().st_size > 0)
 
     def discard(self) -> None:
         """Remove what this run wrote (it recorded nothing worth keeping), and the folder if it made it."""

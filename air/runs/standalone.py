@@ -25,80 +25,17 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from openai import AsyncOpenAI
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from air.env.load import load_env
 from air.env.metrics import metric_value, task_name_of
 from air.env.trajectories import trajectory_path, write_trajectory
 from air.env.trajectory_reader import load_trajectory
-from air.runs.run_folder import RunFolder, open_run_folder
+from air.runs.interruption import GracefulInterrupt, census, write_json_atomically
+from air.runs.run_disk import WholeLines
+from air.runs.run_folder import RunFolder
 from air.runs.run_log import log_file
+from air.runs.standalone_settings import StandaloneSettings
 from air.sandbox.errors import SandboxesUnavailable
-
-SIMPLE_ENV_TASK = "dial"  # simple_env.TASK (a test checks they agree): its one game, no task root
-
-
-class StandaloneSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    tasks: list[str] | None = Field(
-        default=None, description="Task config names or ids (default: laneMerge; simple_env has one task, dial)."
-    )
-    task_root: str | None = Field(default=None, description="MLGym checkout; default $MLGYM_ROOT, else built-in.")
-    env: str = Field(default="air_mlgym", description="Env id: air_mlgym, or simple_env (no Docker).")
-    env_args: dict[str, Any] = Field(default_factory=dict, description="Extra load_environment arguments.")
-    steps: int = Field(default=10, ge=1)
-    batch_size: int = Field(default=8, ge=1, description="Rollouts per step.")
-    rollouts_per_example: int = Field(default=4, ge=1, description="Group size.")
-    max_turns: int = Field(default=10, ge=1)
-    policy: str = Field(default="noisy", description="Scripted agent when no --base-url is given.")
-    base_url: str | None = Field(default=None, description="OpenAI-compatible endpoint (…/v1).")
-    vllm_model: str | None = Field(
-        default=None, description="The scripted agent's server answers like vLLM serving this model directory."
-    )
-    model: str | None = Field(default=None, description="Model name at the endpoint.")
-    api_key_var: str = Field(default="OPENAI_API_KEY", description="Env var holding the endpoint's key.")
-    temperature: float = 1.0
-    max_tokens: int | None = None
-    model_timeout: float = Field(
-        default=180.0,
-        gt=0,
-        description="Seconds one model request may take (tried twice).",
-    )
-    seed: int = 0
-    output_dir: str | None = Field(default=None, description="Run folder (default: outputs/standalone/<time>-<id>).")
-    overwrite: bool = Field(default=False, description="Replace the run in a non-empty output_dir.")
-
-    @model_validator(mode="after")
-    def _tasks_of_the_env(self) -> StandaloneSettings:
-        if self.env == "simple_env":
-            if self.tasks not in (None, [SIMPLE_ENV_TASK]):
-                raise ValueError(f"simple_env has one task, {SIMPLE_ENV_TASK!r}; it cannot run {', '.join(self.tasks)}")
-            if self.task_root:
-                raise ValueError("simple_env has no task root; leave out task_root")
-            self.tasks = [SIMPLE_ENV_TASK]
-        elif self.tasks is None:
-            self.tasks = ["laneMerge"]
-        return self
-
-    @model_validator(mode="after")
-    def _vllm_model_needs_the_scripted_server(self) -> StandaloneSettings:
-        if self.vllm_model and self.base_url:
-            raise ValueError("vllm_model serves the scripted agent; it cannot be combined with base_url")
-        return self
-
-    @model_validator(mode="after")
-    def _groups_divide_batch(self) -> StandaloneSettings:
-        if self.batch_size % self.rollouts_per_example:
-            raise ValueError(
-                f"batch_size ({self.batch_size}) must be divisible by rollouts_per_example "
-                f"({self.rollouts_per_example}), as in prime-rl"
-            )
-        return self
-
-    def open_run_folder(self) -> RunFolder:
-        """Claim this run's folder (see ``air.runs.run_folder``); RunFolderError if it cannot be ours."""
-        return open_run_folder(self.output_dir, base=Path("outputs", "standalone"), overwrite=self.overwrite)
 
 
 class StepLogger(Protocol):
@@ -231,45 +168,39 @@ async def _run_steps(
     policy_name = settings.policy if server is not None else None
     steps: list[dict[str, Any]] = []
     started = time.perf_counter()
-    cursor = 0
     status, stopped_by = "interrupted", None
     try:
         for logger in loggers:
             logger.start(settings, out)
         if on_start:
             on_start()
-        with (out / "steps.jsonl").open("w") as log_file:
-            for step in range(1, settings.steps + 1):  # 1-based, as the console counts them
-                t0 = time.perf_counter()
-                group_inputs = []
-                for g in range(groups_per_step):
-                    row = rows[cursor % len(rows)]
-                    cursor += 1
-                    info = {**(row.get("info") or {}), "step": step, "group_id": f"{step}-{g}", "policy": policy_name}
-                    group_inputs.append([{**row, "info": info} for _ in range(settings.rollouts_per_example)])
+        async with GracefulInterrupt(getattr(env, "core", None)) as interrupt:
+            with WholeLines(out / "steps.jsonl") as log_file:  # a full disk leaves no half line
+                for step in range(1, settings.steps + 1):  # 1-based, as the console counts them
+                    t0 = time.perf_counter()
+                    group_inputs = _step_inputs(rows, (step - 1) * groups_per_step, step, settings, policy_name)
 
-                async def one_group(inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-                    # trajectory_path: where air_mlgym saved the rollout, for loggers to point at.
-                    outputs = await env.run_group(
-                        inputs, client, model, sampling, state_columns=["trajectory_path", "masked_because"]
-                    )
-                    if on_rollout:
-                        for _ in outputs:
-                            on_rollout()
-                    outputs = [dict(o) for o in outputs]
-                    await asyncio.to_thread(record_advantages, outputs)
-                    return outputs
+                    async def one_group(inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+                        # trajectory_path: where air_mlgym saved the rollout, for loggers to point at.
+                        outputs = await env.run_group(
+                            inputs, client, model, sampling, state_columns=["trajectory_path", "masked_because"]
+                        )
+                        if on_rollout:
+                            for _ in outputs:
+                                on_rollout()
+                        outputs = [dict(o) for o in outputs]
+                        await asyncio.to_thread(record_advantages, outputs)
+                        return outputs
 
-                groups = await asyncio.gather(*(one_group(inputs) for inputs in group_inputs))
-                stats = step_statistics(step, groups, time.perf_counter() - t0)
-                steps.append(stats)
-                log_file.write(json.dumps(stats, allow_nan=False) + "\n")
-                log_file.flush()
-                if on_step:
-                    on_step(stats)
-                for logger in loggers:
-                    logger.log_step(stats, groups)
-        status = "completed"
+                    groups = await asyncio.gather(*(one_group(inputs) for inputs in group_inputs))
+                    stats = step_statistics(step, groups, time.perf_counter() - t0)
+                    steps.append(stats)
+                    log_file.append(json.dumps(stats, allow_nan=False))
+                    if on_step:
+                        on_step(stats)
+                    for logger in loggers:
+                        logger.log_step(stats, groups)
+        status = "interrupted" if interrupt.interrupted else "completed"
     except SandboxesUnavailable as exc:  # the image is missing, the engine did not come back: stop here
         status, stopped_by = "stopped", str(exc)
         raise
@@ -279,10 +210,22 @@ async def _run_steps(
             server.stop()
         summary = _summary(settings, out, model, base_url if server is None else "scripted (in-process)", steps)
         summary.update(status=status, stopped_by=stopped_by, seconds=time.perf_counter() - started)
-        (out / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n")
+        write_json_atomically(out / "summary.json", summary)
         for logger in loggers:
             logger.finish(summary if status == "completed" else None)
     return summary
+
+
+def _step_inputs(
+    rows: list[dict[str, Any]], first: int, step: int, settings: StandaloneSettings, policy: str | None
+) -> list[list[dict[str, Any]]]:
+    """One group per example, taken in turn from the dataset (from row ``first`` on), labelled with its step."""
+    groups = []
+    for g in range(settings.batch_size // settings.rollouts_per_example):
+        row = rows[(first + g) % len(rows)]
+        info = {**(row.get("info") or {}), "step": step, "group_id": f"{step}-{g}", "policy": policy}
+        groups.append([{**row, "info": info} for _ in range(settings.rollouts_per_example)])
+    return groups
 
 
 def record_advantages(outputs: list[dict[str, Any]]) -> None:
@@ -304,6 +247,7 @@ def _summary(
     causes: Counter[str] = Counter()
     for s in steps:
         causes.update(s["masked_causes"])
+    on_disk = census(out / "trajectories")  # what the folder holds, so a stopped run's summary agrees with it
     return {
         "settings": settings.model_dump(mode="json"),
         "output_dir": str(out),
@@ -317,18 +261,12 @@ def _summary(
         "rollouts": sum(s["rollouts"] for s in steps),
         "masked": sum(s["masked"] for s in steps),
         "masked_causes": dict(causes.most_common()),
+        # A stopped run: the rollouts of the step it was in (finished ones are true, but no step
+        # statistic takes them in) and those cut short (no reward, in no mean or count above).
+        "unfinished_step": on_disk.unfinished_step(len(steps)),
+        "trajectories": on_disk.as_summary(),
     }
 
 
 def _load_env(settings: StandaloneSettings, out: Path):  # -> vf.Environment (air.env.load)
-    args: dict[str, Any] = {"max_turns": settings.max_turns, "seed": settings.seed}
-    if settings.env == "air_mlgym":
-        args.update(
-            task_configs=settings.tasks,
-            save_trajectories=True,
-            trajectory_dir=str(out / "trajectories"),
-        )
-        if settings.task_root:
-            args["task_root"] = settings.task_root
-    args.update(settings.env_args)
-    return load_env(settings.env, **args)
+    return load_env(settings.env, **settings.env_arguments(out))

@@ -12,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from air.runs.run_folder import RUN_FILES
-from air.runs.standalone import StandaloneSettings
+from air.runs.standalone_settings import StandaloneSettings
 
 
 def _fmt(value: float, digits: int = 3) -> str:
@@ -85,6 +85,23 @@ class StandaloneProgress:
             f"{summary['rollouts']} rollouts in {summary['seconds']:.1f} s; outputs in {folder} ({', '.join(written)})"
         )
         print_masked(self.console, summary)
+
+
+def print_interrupted(console: Console, summary: dict[str, Any]) -> None:
+    """What a Ctrl-C left: how far the run got, and what its folder holds (if anything was worth keeping)."""
+    folder = Path(summary["output_dir"])
+    if not (folder / "summary.json").is_file():
+        console.print("interrupted before any rollout ended: no run folder kept")
+        return
+    line = f"interrupted after {summary['steps_run']} of {summary['settings']['steps']} steps"
+    unfinished = summary.get("unfinished_step")
+    if unfinished:
+        line += (
+            f"; step {unfinished['step']}: {unfinished['finished']} rollouts finished, {unfinished['cancelled']} "
+            "cut short (recorded as cancelled, no reward, in no mean or count)"
+        )
+    console.print(f"{line}; summary in {folder / 'summary.json'}")
+    print_masked(console, summary)
 
 
 def print_masked(console: Console, summary: dict[str, Any]) -> None:

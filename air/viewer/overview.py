@@ -38,11 +38,21 @@ def render_overview(
 ) -> None:
     """``frame``: every rollout; ``shown``: after filters and sorting. Selecting a table row calls
     ``on_pick(keys)`` (keys in table order), which reads the selection from the session state."""
-    _headline(frame, shown, problems)
+    _headline(stats.ended(frame), stats.ended(shown), problems)
+    cut = int((shown["exit_status"] == stats.CANCELLED).sum())
+    if cut:
+        st.caption(
+            f"{cut:,} rollouts were cut short (exit `cancelled`: the run was stopped in their step). They have "
+            "no reward and are left out of every number and chart; their steps have no point on the curves."
+        )
     if shown.empty:
         st.info("No rollout matches the filters.")
         return
-    _charts(shown)
+    charted = stats.whole_steps(shown)
+    if charted.empty:
+        st.info("Every rollout shown was cut short: nothing to chart.")
+    else:
+        _charts(charted)
     st.subheader("Rollouts")
     st.caption("Select a row to open the rollout.")
     st.dataframe(

@@ -21,6 +21,9 @@ SORTS: dict[str, tuple[str, bool]] = {
     "duration": ("duration_s", True),
 }
 COLUMNS = list(RolloutSummary.__dataclass_fields__)
+# A rollout cut short (Ctrl-C, or an orchestrator that dropped it) ended mid-play: no reward, even where an
+# older record wrote one, and no place in a mean, a count or a curve. It stays in the table, marked.
+CANCELLED = "cancelled"
 
 
 def rollout_frame(rollouts: Iterable[RolloutSummary]) -> pd.DataFrame:
@@ -30,6 +33,7 @@ def rollout_frame(rollouts: Iterable[RolloutSummary]) -> pd.DataFrame:
         frame[column] = pd.to_numeric(frame[column], errors="coerce").astype(float)
     frame["step"] = pd.array(frame["step"], dtype="Int64")
     frame["started_at"] = pd.to_datetime(frame["started_at"], utc=True)
+    frame.loc[frame["exit_status"] == CANCELLED, ["reward", "advantage"]] = float("nan")
     return frame.set_index("key", drop=False).rename_axis(None)
 
 
@@ -77,6 +81,20 @@ def sort_rollouts(frame: pd.DataFrame, by: str, descending: bool | None = None) 
     column, default_descending = SORTS[by]
     ascending = not (default_descending if descending is None else descending)
     return frame.sort_values([column, "key"], ascending=[ascending, True], na_position="last", kind="stable")
+
+
+def ended(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rollouts that ran to their end: what headline numbers count."""
+    return frame[frame["exit_status"] != CANCELLED]
+
+
+def whole_steps(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rollouts of steps that ran to their end: a step with a rollout cut short (the run stopped in it)
+    never reached a trainer, and its finished rollouts alone would plot a point no step had."""
+    cut = frame[frame["exit_status"] == CANCELLED]
+    cut_steps = set(zip(cut["run"], cut["step"], strict=True)) if len(cut) else set()
+    in_cut_step = [(run, step) in cut_steps for run, step in zip(frame["run"], frame["step"], strict=True)]
+    return ended(frame[~pd.Series(in_cut_step, index=frame.index, dtype=bool)])
 
 
 def has_steps(frame: pd.DataFrame) -> bool:

@@ -1,0 +1,153 @@
+"""A run stopped part way keeps only true files: each rollout Ctrl-C cut short records why and no reward,
+the summary counts what is on disk, and a file is either whole or absent.
+
+Ctrl-C cancels the run's task and with it every rollout in flight; each rollout's clean-up still writes
+its trajectory. ``GracefulInterrupt`` makes that orderly and tells the env's core why first, so those
+records say "interrupted". ``census`` reads the trajectories back, so the summary of a stopped run agrees
+with its folder: finished rollouts per step, and the cancelled ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+INTERRUPTED = "interrupted (Ctrl-C) before it ended: no reward"
+SAME_KEYPRESS_S = 1.0
+RECORDING_WAIT_S = 30.0  # a rollout cut short only writes its record: seconds at most
+
+
+class GracefulInterrupt:
+    """``async with`` it in the run's task: the first SIGINT inside stops the run the way a cancel does.
+    The core learns why (``core.cancel_cause``), the run's task is cancelled, and every rollout in flight
+    runs its clean-up, which records it; the block then ends quietly with ``interrupted`` set, and the run
+    writes its summary and says it was interrupted. A second SIGINT, a second or more later, does what
+    SIGINT did before (verifiers' and the sandbox's handlers: containers removed, KeyboardInterrupt at once).
+
+    Without it, verifiers' handler raises KeyboardInterrupt wherever the loop happens to be, and the
+    summary could be written before the rollouts it should count were recorded."""
+
+    def __init__(self, core: Any) -> None:
+        self.core = core  # the env's MLGymCore, or None (an env without one)
+        self.interrupted = False
+        self._first_at = 0.0
+        self._inside = False
+        self._previous: Any = None
+
+    async def __aenter__(self) -> GracefulInterrupt:
+        if threading.current_thread() is not threading.main_thread():
+            return self  # only the main thread gets signals: Ctrl-C keeps its old way
+        loop, task = asyncio.get_running_loop(), asyncio.current_task()
+        self._previous, self._inside = signal.getsignal(signal.SIGINT), True
+
+        def cancel_the_run() -> None:  # in the loop: after leaving, a late one must not cancel what follows
+            if self._inside and task is not None:
+                task.cancel()
+
+        def on_sigint(signum: int, frame: Any) -> None:
+            if self.interrupted:
+                if time.monotonic() - self._first_at < SAME_KEYPRESS_S:
+                    return  # the same Ctrl-C twice: the terminal signals the group, and `uv run` forwards it
+                if callable(self._previous):  # a second Ctrl-C: stop now
+                    self._previous(signum, frame)
+                raise KeyboardInterrupt
+            self.interrupted, self._first_at = True, time.monotonic()
+            if self.core is not None:
+                self.core.cancel_cause = INTERRUPTED
+            loop.call_soon_threadsafe(cancel_the_run)
+
+        signal.signal(signal.SIGINT, on_sigint)
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
+        self._inside = False
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+        if not self.interrupted or (kind is not None and not issubclass(kind, asyncio.CancelledError)):
+            return False
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(0)  # a cancel requested after the run's last await lands here, not later
+        # gather gives up on its children at the first one cancelled; the others are still recording
+        # themselves. Wait for every task being cancelled (the rollouts), so the summary counts them.
+        me = asyncio.current_task()
+        stopping = [t for t in asyncio.all_tasks() if t is not me and not t.done() and t.cancelling()]
+        if stopping:
+            await asyncio.wait(stopping, timeout=RECORDING_WAIT_S)
+        return True  # the cancellation was ours: the run goes on to write its summary
+
+
+@dataclass
+class Census:
+    """The rollouts a run's trajectory folder holds: finished ones per step, and the cancelled ones."""
+
+    finished: Counter[int | None] = field(default_factory=Counter)
+    cancelled: int = 0
+    unreadable: int = 0
+
+    def unfinished_step(self, steps_run: int) -> dict[str, int] | None:
+        """The step the run was in when it stopped, if it recorded anything: its finished and cancelled rollouts."""
+        after = sum(n for step, n in self.finished.items() if step is not None and step > steps_run)
+        if not after and not self.cancelled:
+            return None
+        return {"step": steps_run + 1, "finished": after, "cancelled": self.cancelled}
+
+    def as_summary(self) -> dict[str, int]:
+        return {
+            "finished": sum(self.finished.values()),
+            "cancelled": self.cancelled,
+            "unreadable": self.unreadable,
+        }
+
+
+def census(trajectory_dir: Path) -> Census:
+    found = Census()
+    for path in sorted(trajectory_dir.rglob("*.json")) if trajectory_dir.is_dir() else []:
+        try:
+            record = json.loads(path.read_text())
+            status, step = record["exit_status"], record.get("step")
+        except (OSError, ValueError, KeyError, TypeError):
+            found.unreadable += 1
+            continue
+        if status == "cancelled":
+            found.cancelled += 1
+        else:
+            found.finished[step if isinstance(step, int) else None] += 1
+    return found
+
+
+def holds_a_finished_rollout(trajectory_dir: Path) -> bool:
+    """Whether a finished (not cancelled) rollout is recorded: a run that has none recorded nothing true."""
+    for path in trajectory_dir.rglob("*.json") if trajectory_dir.is_dir() else []:
+        try:
+            if json.loads(path.read_text()).get("exit_status") != "cancelled":
+                return True
+        except (OSError, ValueError, AttributeError):
+            return True  # not ours to judge: keep the folder rather than lose a file
+    return False
+
+
+def write_json_atomically(path: Path, data: dict[str, Any]) -> None:
+    """``path`` holds the old file or the whole new one, also when Ctrl-C or a full disk stops the write."""
+    text = json.dumps(data, indent=2, allow_nan=False) + "\n"
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            os.fchmod(handle.fileno(), 0o644)
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
