@@ -31,10 +31,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import verifiers as vf
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from air.env.actions import REPLY_FORMAT, format_error_observation, message_text, parse_action
-from air.env.rewards import RewardSettings, RewardTracker
+from air.env.dial_settings import DialSettings
+from air.env.rewards import RewardTracker
 
 logger = logging.getLogger(__name__)
 
@@ -63,20 +64,6 @@ the target and leave the dial on it. You have {max_turns} turns; the dial is sco
 the episode ends.
 
 {COMMANDS}"""
-
-
-class DialSettings(BaseModel):
-    """The arguments of ``load_environment`` (the env's ``args`` table in a prime-rl TOML)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    num_examples: int = Field(default=8, ge=1, description="Rows in the dataset, one hidden target each.")
-    max_turns: int = Field(default=10, ge=1, description="Model replies per rollout.")
-    seed: int = Field(default=0, description="With the example id, fixes each example's target.")
-    reward: RewardSettings = Field(default_factory=RewardSettings, description="How scores become reward.")
-    max_consecutive_format_errors: int = Field(
-        default=3, ge=0, description="End the rollout after this many malformed replies in a row (0: never)."
-    )
 
 
 def dial_target(seed: int, example_id: int) -> int:

@@ -16,7 +16,8 @@ from air.cli.help import DefaultsHelpFormatter
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from air.runs.standalone import StandaloneSettings
+    from air.runs.run_folder import RunFolder
+    from air.runs.standalone_settings import StandaloneSettings
 
 
 def register_policy_server(subparsers: argparse._SubParsersAction) -> None:
@@ -40,8 +41,12 @@ def register_policy_server(subparsers: argparse._SubParsersAction) -> None:
 def cmd_policy_server(args: argparse.Namespace) -> int:
     """Serve a scripted policy on an OpenAI-compatible /v1/chat/completions endpoint, so vf-eval or `air
     standalone` can run episodes without model weights. Serves until Ctrl-C."""
+    from air.cli.hints import policy_server_hints
+
     try:
-        return serve_forever(args.policy, host=args.host, port=args.port, seed=args.seed, vllm_model=args.vllm)
+        return serve_forever(
+            args.policy, host=args.host, port=args.port, seed=args.seed, vllm_model=args.vllm, hints=policy_server_hints
+        )
     except (PolicySpecError, PolicyServerError, TinyModelError) as exc:
         raise CommandError(str(exc)) from exc
 
@@ -63,13 +68,15 @@ def cmd_tiny_model(args: argparse.Namespace) -> int:
     and a two-layer Llama with seeded random weights, to DIRECTORY. Offline and deterministic; loads with
     transformers (use the directory as `model.name` in a prime-rl config). Needs the `tiny` extra."""
     from air.agents.tiny_model import TinyModelSpec, write_tiny_model
+    from air.cli.hints import tiny_model_hints
 
     try:
         target = write_tiny_model(args.directory, TinyModelSpec(seed=args.seed), force=args.force)
     except TinyModelError as exc:
         raise CommandError(str(exc)) from exc
     print(f"Tiny model in {target}")
-    print(f"  serve it: air policy-server --vllm {target} --policy noisy")
+    for line in tiny_model_hints(str(target)):
+        print(f"  serve it: {line}")
     return 0
 
 
@@ -156,17 +163,11 @@ def cmd_standalone(args: argparse.Namespace) -> int:
     OpenAI-compatible server on loopback, or any endpoint (--base-url). Writes trajectories/, steps.jsonl,
     summary.json and run.log into the run's folder, printed at the start. Exit status: 0 when every step
     ran and some rollout was not masked, 1 otherwise, 130 on Ctrl-C."""
-    import asyncio
-
     from pydantic import ValidationError
-    from rich.console import Console
 
-    from air.runs.run_folder import RunFolderError
-    from air.runs.run_log import console_lines
-    from air.runs.standalone import StandaloneSettings, run_standalone
-    from air.runs.standalone_view import StandaloneProgress
-    from air.sandbox.errors import SandboxesUnavailable
+    from air.runs.standalone_settings import StandaloneSettings
 
+    require_classic_front("air standalone")
     env_args = dict(parse_env_arg(item) for item in args.env_arg)
     # The flags are named as the settings' fields; env_args is filled in here.
     fields = {name: getattr(args, name) for name in StandaloneSettings.model_fields if hasattr(args, name)}
@@ -182,6 +183,7 @@ def cmd_standalone(args: argparse.Namespace) -> int:
             require_playable(make_policy(settings.policy), settings.tasks or [])
         except PolicySpecError as exc:
             raise CommandError(str(exc)) from exc
+    _check_before_start(settings)
     loggers = []
     if args.wandb:
         from air.runs.wandb_logging import WandbStepLogger, WandbUnavailable
@@ -192,11 +194,20 @@ def cmd_standalone(args: argparse.Namespace) -> int:
             )
         except WandbUnavailable as exc:
             raise CommandError(str(exc)) from exc
-    try:  # the run's folder, claimed now: printed first, and its summary is found there if the run stops
-        folder = settings.open_run_folder()
-    except RunFolderError as exc:
-        raise CommandError(str(exc)) from exc
-    console = Console()
+    # The run's folder, claimed now: printed first, and its summary is found there if the run stops.
+    folder = _claim_folder_and_probe_endpoint(settings)
+    # Only now the env's stack (verifiers, openai, datasets): every argument above was checked without it.
+    import asyncio
+
+    from rich.console import Console
+
+    from air.runs.run_disk import disk_fault, stopped_by_disk
+    from air.runs.run_log import console_lines
+    from air.runs.standalone import run_standalone
+    from air.runs.standalone_view import StandaloneProgress
+    from air.sandbox.errors import SandboxesUnavailable
+
+    console = _fit_to_output(Console())
     view = StandaloneProgress(console, settings, folder.path)
     try:
         with console_lines(), view:
@@ -215,9 +226,66 @@ def cmd_standalone(args: argparse.Namespace) -> int:
         raise CommandError(str(exc)) from exc
     except (ValueError, RuntimeError) as exc:  # bad env args, unknown task, no Docker, bad policy spec
         raise CommandError(str(exc)) from exc
+    except OSError as exc:  # the disk under the run's folder filled (or failed): one line, its files whole
+        fault = disk_fault(exc)
+        if fault is None:
+            raise
+        raise CommandError(stopped_by_disk(folder.path, fault, settings.steps)) from None
+    if summary["status"] == "interrupted":  # Ctrl-C: the rollouts in flight recorded, the summary written
+        from air.runs.standalone_view import print_interrupted
+
+        print_interrupted(console, summary)
+        raise KeyboardInterrupt
     view.print_summary(summary)
     # Exit status (README): 0 when every step ran and some rollout was not masked; 1 otherwise.
     return 0 if summary["masked"] < summary["rollouts"] else 1
+
+
+def _check_before_start(settings: StandaloneSettings) -> None:
+    """The env id, its arguments and the task names, checked without the env's stack: a typo in seconds."""
+    from air.runs.standalone_checks import StandaloneCheckError, check_before_start
+
+    try:
+        check_before_start(settings)
+    except StandaloneCheckError as exc:
+        raise CommandError(str(exc)) from None
+
+
+def _claim_folder_and_probe_endpoint(settings: StandaloneSettings) -> RunFolder:
+    """The run's folder, claimed and found writable with room left; then the model endpoint asked once.
+    Either failing is one line before any container starts, and leaves no folder behind."""
+    import os
+
+    from air.runs.endpoint_probe import EndpointError, probe_endpoint
+    from air.runs.run_disk import claim_checked
+    from air.runs.run_folder import RunFolderError
+
+    try:
+        folder = claim_checked(settings.open_run_folder, settings.output_dir)
+    except RunFolderError as exc:
+        raise CommandError(str(exc)) from None
+    if settings.base_url is not None:
+        key = os.environ.get(settings.api_key_var, "EMPTY")  # as the run's client reads it
+        try:
+            probe_endpoint(settings.base_url, key, settings.model or "default", settings.api_key_var)
+        except EndpointError as exc:
+            folder.discard()
+            raise CommandError(str(exc)) from None
+    return folder
+
+
+def _fit_to_output(console: Console) -> Console:
+    from air.cli.console import fit_to_output  # piped: whole lines, tables as wide as they need
+
+    return fit_to_output(console)
+
+
+def require_classic_front(command: str) -> None:
+    """Standalone and replay drive the classic front: under verifiers 0.3+ say so, before anything loads."""
+    from air.env.generations import classic_only, installed_front
+
+    if installed_front() == "v1":
+        raise CommandError(classic_only(f"`{command}`"))
 
 
 def _problem(error: Any) -> str:

@@ -154,8 +154,14 @@ def _problems(exc: ValidationError) -> list[tuple[str, str]]:
             hint = f" (did you mean {guess[0]!r}?)" if guess else f" (known: {', '.join(sorted(known))})"
             problems.append((key, f"unknown argument{hint}"))
         else:
-            problems.append((key, f"{err['msg']} (got {err.get('input')!r})"))
+            problems.append((key, said_with_input(err)))
     return problems
+
+
+def said_with_input(err: Any) -> str:
+    """A pydantic error's message with the value at fault, said once."""
+    message, got = str(err["msg"]).removeprefix("Value error, "), repr(err.get("input"))
+    return message if got in message else f"{message} (got {got})"
 
 
 def _known_keys(loc: tuple[Any, ...]) -> list[str]:

@@ -35,6 +35,7 @@ from air.tasks.config import (
     lower_is_better,
     metric_value,
 )
+from air.tasks.names import MLGYM_ROOT_FIX, config_stem, did_you_mean, is_mlgym_task
 
 BUILTIN_TASK_ROOT = Path(__file__).resolve().parent / "builtin"
 
@@ -69,6 +70,13 @@ def resolve_task_root(task_root: str | os.PathLike[str] | None = None) -> Path:
     root, source = task_root_source(task_root)
     root = root.resolve()
     if not (root / "configs" / "tasks").is_dir():
+        # <MLGym>/configs or <MLGym>/configs/tasks given for the checkout: name the checkout.
+        checkout = next((p for p in root.parents[:2] if (p / "configs" / "tasks").is_dir()), None)
+        if checkout is not None:
+            raise TaskError(
+                f"Task root {root} (from {source}) has no configs/tasks/ folder; did you mean {checkout}? "
+                "(the task root is the MLGym checkout itself, the folder that contains configs/ and data/)"
+            )
         raise TaskError(
             f"Task root {root} (from {source}) has no configs/tasks/ folder. Point it at an MLGym "
             "checkout (the folder that contains configs/ and data/) or leave it unset for the built-in tasks."
@@ -248,7 +256,31 @@ class MissingDataError(TaskError):
 
 
 class UnknownTaskError(TaskError):
-    """No task config of that name or id in the task root (the message lists the known ones)."""
+    """No task config of that name or id in the task root (the message lists the known ones and, where
+    it can tell, the fix: the name meant, or the MLGym checkout the task needs)."""
+
+
+def find_task_config(name: str, task_root: str | os.PathLike[str] | None = None) -> Path:
+    """The config file of a task named by file name (``titanic``, ``titanic.yaml``) or by id."""
+    root = resolve_task_root(task_root)
+    tasks_dir = root / "configs" / "tasks"
+    stem = config_stem(name)
+    path = tasks_dir / f"{stem}.yaml"
+    if path.exists():
+        return path
+    ids = {p: _read_yaml(p).get("id") for p in sorted(tasks_dir.glob("*.yaml"))}
+    by_id = {str(task_id): p for p, task_id in ids.items() if task_id}
+    if stem in by_id:
+        return by_id[stem]
+    known = list_tasks(root)
+    guess = did_you_mean(stem, [*known, *by_id])
+    if guess:
+        hint = f"; did you mean {guess}?"
+    elif root == BUILTIN_TASK_ROOT and is_mlgym_task(stem):  # not a typo: MLGym's checkout is missing
+        hint = f"; it is an MLGym task, not a built-in one: {MLGYM_ROOT_FIX}, or give its task root."
+    else:
+        hint = "."
+    raise UnknownTaskError(f"Unknown task {name!r} in {tasks_dir}{hint} Known tasks: {', '.join(known) or '(none)'}")
 
 
 # MLGym's generators were written for pandas 2: pandas 3 (this project's) rejects their
@@ -284,15 +316,7 @@ def unique(items: list[str]) -> list[str]:
 def load_task(name: str, task_root: str | os.PathLike[str] | None = None) -> Task:
     """Load a task by config file name (``titanic``, ``titanic.yaml``) or by id."""
     root = resolve_task_root(task_root)
-    tasks_dir = root / "configs" / "tasks"
-    stem = Path(name).name.removesuffix(".yaml").removesuffix(".yml")
-    path = tasks_dir / f"{stem}.yaml"
-    if not path.exists():
-        by_id = {_read_yaml(p).get("id"): p for p in tasks_dir.glob("*.yaml")}
-        if stem not in by_id:
-            known = ", ".join(list_tasks(root)) or "(none)"
-            raise UnknownTaskError(f"Unknown task {name!r} in {tasks_dir}. Known tasks: {known}")
-        path = by_id[stem]
+    path = find_task_config(name, root)
     config: TaskConfig = _validated(TaskConfig, _read_yaml(path), path)
     datasets = []
     for rel in config.dataset_configs:

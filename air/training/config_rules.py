@@ -212,7 +212,7 @@ def env_args_problems(env_id: str, args: dict[str, Any]) -> list[tuple[str, str,
 
         return [(key, message, _fix_of(message)) for key, message in env_settings_problems(dict(args))]
     if env_id == "simple_env":
-        from simple_env import DialSettings
+        from air.env.dial_settings import DialSettings
 
         try:
             DialSettings.model_validate(args)

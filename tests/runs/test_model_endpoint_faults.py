@@ -21,6 +21,15 @@ BODY = {"error": {"message": "model crashed: CUDA out of memory", "type": "Inter
 
 
 class _Failing(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        # The model listing answers (the run asks it once before starting): the completions fail.
+        payload = json.dumps({"object": "list", "data": [{"id": "default", "object": "model"}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
     def do_POST(self) -> None:  # noqa: N802 (http.server's name)
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         payload = json.dumps(BODY).encode()

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ import pytest
 from air.cli.main import main
 from air.env.trajectory_reader import iter_trajectory_paths, load_trajectory
 from air.runs.run_folder import RunFolderError, open_run_folder
-from air.runs.standalone import SIMPLE_ENV_TASK
+from air.runs.standalone_settings import SIMPLE_ENV_TASK
 
 
 def _air(*args: str, cwd: Path) -> subprocess.Popen[str]:
@@ -134,12 +135,29 @@ def test_simple_env_says_what_it_plays_and_writes(tmp_path: Path) -> None:
     assert summary["settings"]["tasks"] == [SIMPLE_ENV_TASK]
 
 
+class _DiesAfterListing(BaseHTTPRequestHandler):
+    """Answers the one listing a run asks before it starts, then stops listening: dead for every rollout."""
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        payload = json.dumps({"object": "list", "data": [{"id": "default", "object": "model"}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+        self.wfile.flush()
+        self.server.shutdown()  # from this handler's thread: serve_forever runs in another
+        self.server.server_close()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
 @pytest.mark.docker
 @pytest.mark.timeout(300)
-def test_a_dead_endpoint_names_its_cause_and_writes_no_nan(tmp_path: Path, docker_image: str) -> None:
-    with socket.socket() as probe:  # a port nobody listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+def test_an_endpoint_dead_after_the_start_names_its_cause_and_writes_no_nan(tmp_path: Path, docker_image: str) -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _DiesAfterListing)
+    port = server.server_address[1]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
     out = tmp_path / "run"
     proc = _air(
         "standalone",
