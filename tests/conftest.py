@@ -33,6 +33,7 @@ USER_VARIABLES = (
     "AIR_TRAJECTORY_DIR",
     "AIR_STATE_DIR",
     "XDG_STATE_HOME",
+    "AIR_CACHE_DIR",
     "PRIME_RL_DIR",
     "OPENAI_API_KEY",
     "WANDB_API_KEY",
@@ -102,6 +103,13 @@ def air_state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """No test reads or writes the user's own process records (~/.local/state/air)."""
     monkeypatch.setenv("AIR_STATE_DIR", str(tmp_path / "state"))
     return tmp_path / "state"
+
+
+@pytest.fixture(autouse=True)
+def air_cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """No test marks the user's Docker engine as told about its missing disk quota (~/.cache/air/engines)."""
+    monkeypatch.setenv("AIR_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
 
 
 @pytest.fixture(scope="session")

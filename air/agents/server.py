@@ -22,7 +22,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -374,16 +374,20 @@ class PolicyServer:
 
 
 def serve_forever(
-    spec: str, host: str = "127.0.0.1", port: int = 8008, seed: int = 0, vllm_model: str | None = None
+    spec: str,
+    host: str = "127.0.0.1",
+    port: int = 8008,
+    seed: int = 0,
+    vllm_model: str | None = None,
+    hints: Callable[[str, str], list[str]] | None = None,
 ) -> int:
-    """Serve ``spec`` in the foreground until Ctrl-C; prints the base URL and how to use it."""
+    """Serve ``spec`` until Ctrl-C, printing its URL and ``hints(url, model)``: clients' command lines."""
     server = PolicyServer(spec, host=host, port=port, seed=seed, log_level="info", vllm_model=vllm_model).start()
     url, model = server.base_url, server.model_name
     like = f", answering like vLLM serving {vllm_model}" if vllm_model else ""
     print(f"Serving scripted policy {spec!r} as model {model!r} at {url}{like}")
-    print("Point a client at it, e.g.:")
-    print(f"  OPENAI_API_KEY=scripted vf-eval air_mlgym --api-base-url {url} --model {model}")
-    print(f"  air standalone --base-url {url}")
+    if lines := hints(url, model) if hints else []:
+        print("Point a client at it, e.g.:", *lines, sep="\n  ")
     print("Press Ctrl-C to stop.", flush=True)
     try:
         server.wait()

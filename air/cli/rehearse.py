@@ -42,8 +42,7 @@ def cmd_rehearse(args: argparse.Namespace) -> int:
     A config for today's prime-rl (configs/mlgym-v1/) runs its env servers too, one per source, unless
     --external-env-server names one started separately.
     Needs: bash scripts/install_prime_rl.sh --orchestrator-only [--commit 559b447], Docker and the image."""
-    from rich.console import Console
-
+    from air.cli.console import output_console
     from air.rehearsal.errors import RehearsalError
     from air.rehearsal.progress import StepProgress
     from air.rehearsal.rehearse import RehearsalSettings, rehearse
@@ -67,7 +66,7 @@ def cmd_rehearse(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         external_env_servers=external,
     )
-    console = Console(stderr=args.json)
+    console = output_console(stderr=args.json)
     try:
         with StepProgress(console) as progress:
             report = rehearse(settings, progress.update)

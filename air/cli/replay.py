@@ -45,7 +45,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
     import asyncio
     import json
 
+    from air.cli.console import output_console
+    from air.cli.runs import require_classic_front
     from air.runs.replay import ReplayError, render_comparison, replay_trajectory
+
+    require_classic_front("air replay")
 
     try:
         comparison = asyncio.run(
@@ -58,5 +62,5 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(comparison, indent=2))
     else:
-        render_comparison(comparison)
+        render_comparison(comparison, output_console())
     return 0 if comparison["reproduced"] else 1

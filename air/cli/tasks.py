@@ -30,8 +30,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     """List the tasks of a task root: each one's submission kind, primary metric (arrow: which way is
     better), recorded baseline score and the files held back from the agent. A task whose config does not
     load is listed too, its error in full under the table."""
-    from rich.console import Console
-
+    from air.cli.console import output_console
     from air.tasks.config import TaskError
     from air.tasks.loader import resolve_task_root
 
@@ -39,7 +38,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
         root = resolve_task_root(args.task_root)
     except TaskError as exc:
         raise CommandError(str(exc)) from exc
-    print_tasks(root, Console())
+    print_tasks(root, output_console())
     return 0
 
 
@@ -125,8 +124,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     failed (with the whole reason). Exit status: 1 when a task differs or failed, else 0."""
     import asyncio
 
-    from rich.console import Console
-
+    from air.cli.console import output_console
     from air.runs.demo import demo_failed, run_demo
     from air.sandbox.config import SandboxConfig
     from air.sandbox.errors import SandboxError
@@ -136,7 +134,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     try:
         names = args.tasks or list_tasks(args.task_root)
         config = SandboxConfig(image=args.image, run_id="demo", network=args.network)
-        results = asyncio.run(run_demo(names, args.task_root, config, Console(), timeout=args.timeout))
+        results = asyncio.run(run_demo(names, args.task_root, config, output_console(), timeout=args.timeout))
     except (TaskError, SandboxError) as exc:
         raise CommandError(str(exc)) from exc
     return 1 if demo_failed(results) else 0

@@ -49,14 +49,13 @@ def cmd_check(args: argparse.Namespace) -> int:
         rows = run_preflight(options)
         print(json.dumps(rows_as_json(rows), indent=2))
         return exit_code(rows)
-    from rich.console import Console
+    from air.cli.console import output_console
+    from air.training.preflight_view import CheckStatus, render_rows
 
-    from air.training.preflight_view import render_rows
-
-    console = Console()
-    with console.status("checking...") as status:
-        rows = run_preflight(options, on_row=lambda row: status.update(f"checked {row.check}"))
-    render_rows(console, rows)
+    console = output_console()
+    with CheckStatus(console) as status:
+        rows = run_preflight(options, on_check=status.check_started)
+    render_rows(console, rows, status.seconds)
     return exit_code(rows)
 
 
@@ -81,12 +80,11 @@ def cmd_clean(args: argparse.Namespace) -> int:
     """Lists, then with --yes stops, only what air started: sandbox containers carrying air's labels on this host
     whose owning process died, and processes of trees `air train` recorded whose launcher has exited. It
     never kills by process name and never touches other users' processes."""
-    from rich.console import Console
-
+    from air.cli.console import output_console
     from air.training.cleanup import execute_clean, plan_clean
     from air.training.cleanup_view import render_plan, render_report
 
-    console = Console()
+    console = output_console()
     plan = plan_clean(include_running=args.include_running)
     render_plan(console, plan)
     if plan.empty:
@@ -94,7 +92,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
             execute_clean(plan, grace=args.grace)  # only tidies records of finished runs
         return 0
     if not args.yes:
-        console.print("Nothing was stopped. Run [bold]air clean --yes[/bold] to stop the above.")
+        console.print("Nothing was stopped. Run `air clean --yes` to stop the above.")
         return 0
     report = execute_clean(plan, grace=args.grace)
     render_report(console, report)
@@ -131,15 +129,14 @@ def cmd_train(args: argparse.Namespace) -> int:
     import shutil
     from pathlib import Path
 
-    from rich.console import Console
-
+    from air.cli.console import output_console
     from air.training.launcher import launch
     from air.training.preflight import run_preflight
     from air.training.preflight_rows import PreflightOptions, exit_code
-    from air.training.preflight_view import render_rows
+    from air.training.preflight_view import CheckStatus, render_rows
     from air.training.prime_rl import find_prime_rl
 
-    console = Console()
+    console = output_console()
     config = Path(args.config).expanduser().resolve()
     if not config.is_file():
         raise CommandError(f"--config {args.config}: no such file")
@@ -153,9 +150,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     if uv is None:
         raise CommandError("uv is not on PATH (prime-rl starts its parts with `uv run`): pip install uv")
     if not args.no_check:
-        with console.status("air check ..."):
-            rows = run_preflight(PreflightOptions(configs=[config], prime_rl_dir=str(install.root)))
-        render_rows(console, rows)
+        with CheckStatus(console) as status:
+            rows = run_preflight(
+                PreflightOptions(configs=[config], prime_rl_dir=str(install.root)), on_check=status.check_started
+            )
+        render_rows(console, rows, status.seconds)
         if exit_code(rows):
             raise CommandError("the preflight failed (above); fix it, or pass --no-check to start anyway")
     extra = args.rl_args[1:] if args.rl_args[:1] == ["--"] else args.rl_args

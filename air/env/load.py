@@ -13,6 +13,8 @@ from typing import Any
 
 import verifiers as vf
 
+from air.env.generations import classic_only
+
 # Where verifiers logs a failed load (with the whole argument dict) before raising it again.
 _VF_LOADER_LOG = "verifiers.utils.env_utils"
 
@@ -24,6 +26,8 @@ class EnvLoadError(ValueError):
 def load_env(env_id: str, **args: Any) -> vf.Environment:
     """``vf.load_environment``, whose failure is one :class:`EnvLoadError` (the cause kept on the chain),
     not verifiers' logged line with every argument followed by its wrapped copy of the same message."""
+    if not hasattr(vf, "load_environment"):  # verifiers 0.3+: v1 only, its envs run in env servers
+        raise EnvLoadError(classic_only(f"loading env {env_id!r} with vf.load_environment"))
     try:
         with _errors_unlogged(logging.getLogger(_VF_LOADER_LOG)):
             return vf.load_environment(env_id, **args)

@@ -23,12 +23,14 @@ from datasets import Dataset
 
 from air.env.actions import message_text
 from air.env.core import EnvFault, MLGymCore, RolloutLabels
+from air.env.host_logging import follow
 from air.env.metrics import REWARD_METRIC, metric_names, result_key, task_name_of
 from air.env.rollout import Rollout, content_of_completion, jsonable
 from air.env.seeds import group_key, rollout_seed
 from air.env.settings import MLGymEnvSettings
 
 log = logging.getLogger(__name__)
+follow("verifiers")  # our warnings where the classic vf-eval puts verifiers' own
 
 STATE_KEY = "air_rollout"
 RESULT_KEY = "air_result"

@@ -24,6 +24,7 @@ from typing import Any
 import verifiers.v1 as vf
 
 from air.env.core import EnvFault, MLGymCore, RolloutLabels
+from air.env.host_logging import follow
 from air.env.metrics import REWARD_METRIC, metric_names, result_key
 from air.env.rollout import Rollout
 from air.env.seeds import group_key, rollout_seed
@@ -31,6 +32,8 @@ from air.env.settings import MLGymEnvSettings, parse_env_settings
 from air.env.trajectories import error_line
 from air.env.v1_player import PLAYER
 from air.sandbox.errors import SandboxesUnavailable
+
+follow("verifiers.v1")  # our warnings where vf-eval 0.4.0 and prime-rl's env servers put verifiers' own
 
 
 class MLGymTasksetConfig(vf.TasksetConfig, MLGymEnvSettings):

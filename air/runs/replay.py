@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from openai import AsyncOpenAI
 
@@ -20,6 +20,9 @@ from air.env.trajectories import TrajectoryError, TrajectoryRecord
 from air.env.trajectory_reader import load_trajectory, recorded_commands, recorded_scores
 from air.runs.replay_checkout import checkout_differences
 from air.sandbox.errors import SandboxesUnavailable
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 SAMPLED_TOLERANCE = 0.02  # a game's score over fresh random matches (MLGym's: 10,000 of them)
 EXACT_TOLERANCE = 1e-4
@@ -168,12 +171,14 @@ def choose_image(explicit: str | None, recorded: str | None) -> tuple[str | None
     return recorded, None
 
 
-def render_comparison(comparison: dict[str, Any]) -> None:
-    from rich.console import Console
+def render_comparison(comparison: dict[str, Any], console: Console) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=f"replay of {comparison['path']} ({comparison['task']}, {comparison['commands']} commands)")
+    # The title on a line of its own: as the table's title it would wrap at the table's width, mid-path.
+    title = f"replay of {comparison['path']} ({comparison['task']}, {comparison['commands']} commands)"
+    console.print(title, style="italic", markup=False, highlight=False)
+    table = Table()
     table.add_column("evaluation", justify="right")
     table.add_column(f"recorded {comparison['metric'] or 'score'}", justify="right")
     table.add_column("replayed", justify="right")
@@ -184,7 +189,6 @@ def render_comparison(comparison: dict[str, Any]) -> None:
         new = comparison["replayed"][i] if i < len(comparison["replayed"]) else None
         ok = comparison["matches"][i] if i < len(comparison["matches"]) else False
         table.add_row(str(i + 1), _num(rec), _num(new), "[green]yes" if ok else "[red]no")
-    console = Console()
     console.print(table)
     for note in comparison["notes"]:
         console.print(f"note: {escape(note)}")

@@ -5,9 +5,10 @@ The quota is the engine's own storage option (``storage_opt={"size": ...}``): th
 past it with "No space left on device" inside the container, so an agent's runaway file fails there
 instead of filling the host's disk. Only some storage drivers can size a container: btrfs (its size
 counts the image's files too), zfs, and overlay2 on xfs mounted with ``pquota``. On any other, overlay2
-on ext4 being most hosts' default, the engine refuses the option, so none is passed, the run logs
-once per engine how to get one, and ``disk_watch`` checks the container's writable size against the
-limit instead. On every engine the agent's shell caps each file it and its programs write
+on ext4 being most hosts' default, the engine refuses the option, so none is passed, ``disk_watch`` checks
+the container's writable size against the limit instead, and a run says so: one short warning the first
+time an engine is used (remembered per engine ID across processes, in the user's cache), the whole story
+at INFO (a run's ``run.log``) every time. On every engine the agent's shell caps each file it and its programs write
 (``max_file_size``, see ``protocol.shell_argv``), and /tmp and /dev/shm are tmpfs mounts of their own size.
 
 No sized volume stands in where the driver cannot size: the only volume an ext4 host's engine sizes is a
@@ -17,8 +18,11 @@ tmpfs, which would charge the workspace's files (datasets, checkpoints) to the c
 from __future__ import annotations
 
 import logging
+import os
+import re
 import threading
 import weakref
+from pathlib import Path
 from typing import Any
 
 import docker
@@ -49,16 +53,51 @@ def storage_driver(client: docker.DockerClient) -> str:
             backing = dict(info.get("DriverStatus") or []).get("Backing Filesystem")
             _drivers[client] = f"{driver} on {backing}" if backing else driver
             if not can_size(_drivers[client]):
-                log.warning(
-                    "no disk quota for sandbox containers: this Docker engine's storage driver (%s) cannot size a "
-                    "container. Each file the agent writes is still capped (max_file_size), each container's "
-                    "writable size is checked against its disk limit every few seconds (a process writing past it "
-                    "is killed; a moment's writes may land first), and /tmp and /dev/shm are bounded. For a quota, "
-                    "%s.",
-                    _drivers[client],
-                    HOW_TO_GET_ONE,
-                )
+                _say_no_quota(_drivers[client], str(info.get("ID") or ""))
         return _drivers[client]
+
+
+def _say_no_quota(driver: str, engine_id: str) -> None:
+    # Every run on such an engine would repeat the same paragraph: the console gets one line, once per engine.
+    if first_notice(engine_id):
+        log.warning(
+            "no disk quota for sandboxes on this Docker engine (%s): their disk use is watched instead "
+            "(said once per engine; README, The sandbox, says how to get one)",
+            driver,
+        )
+    log.info(
+        "no disk quota for sandbox containers: this Docker engine's storage driver (%s) cannot size a container. "
+        "Each file the agent writes is still capped (max_file_size), each container's writable size is checked "
+        "against its disk limit every few seconds (a process writing past it is killed; a moment's writes may land "
+        "first), and /tmp and /dev/shm are bounded. For a quota, %s.",
+        driver,
+        HOW_TO_GET_ONE,
+    )
+
+
+def notice_marker(engine_id: str) -> Path:
+    """The file that says this engine's users were told: ``$XDG_CACHE_HOME/air/engines/<ID>.no-disk-quota``
+    (``~/.cache`` without it; ``$AIR_CACHE_DIR`` replaces ``.../air``, which the tests point at their tmp)."""
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    base = Path(xdg) / "air" if os.path.isabs(xdg) else Path.home() / ".cache" / "air"
+    base = Path(os.environ["AIR_CACHE_DIR"]) if os.environ.get("AIR_CACHE_DIR") else base
+    return base / "engines" / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', engine_id)}.no-disk-quota"
+
+
+def first_notice(engine_id: str) -> bool:
+    """True once per engine ID, whichever process asks first (the marker is created exclusively); True every
+    time for an engine without an ID, or where the marker cannot be written."""
+    if not engine_id:
+        return True
+    path = notice_marker(engine_id)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+    except FileExistsError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def can_size(driver: str) -> bool:

@@ -134,7 +134,7 @@ def check_tasks(ctx: PreflightContext) -> Iterator[CheckRow]:
                 task = load_task(name, root)
             except TaskError as exc:
                 ctx.failed_tasks.add(name)
-                yield CheckRow(f"task {name}", "fail", str(exc), _unknown_task_fix(str(exc), root))
+                yield CheckRow(f"task {name}", "fail", str(exc), _unknown_task_fix(name, str(exc), root))
                 continue
             try:
                 files = task.workspace_files()
@@ -151,12 +151,13 @@ def check_tasks(ctx: PreflightContext) -> Iterator[CheckRow]:
             yield from _remote_dataset_rows(name, [d.data_path for d in remote], bool(entry.args.get("network")))
 
 
-def _unknown_task_fix(message: str, root: Path) -> str:
+def _unknown_task_fix(name: str, message: str, root: Path) -> str:
     if "Known tasks" in message:
         from air.tasks.loader import BUILTIN_TASK_ROOT
+        from air.tasks.names import MLGYM_ROOT_FIX, is_mlgym_task
 
-        if root == BUILTIN_TASK_ROOT.resolve():
-            return "it is an MLGym task: export MLGYM_ROOT=/path/to/MLGym (a checkout of facebookresearch/MLGym)"
+        if root == BUILTIN_TASK_ROOT.resolve() and is_mlgym_task(name):
+            return f"it is an MLGym task: {MLGYM_ROOT_FIX}"
         return f"use one of the task configs in {root}/configs/tasks"
     return "fix the task config the message names"
 
@@ -239,7 +240,7 @@ def check_leftovers(ctx: PreflightContext) -> Iterator[CheckRow]:
         runs = sorted({p.run_id for p in plan.processes})
         parts.append(f"{len(plan.processes)} process(es) left by run(s) {', '.join(runs)}")
     if parts:
-        yield CheckRow("leftovers", "warn", "; ".join(parts), "air clean (shows them; --yes stops them)")
+        yield CheckRow("leftovers", "warn", "; ".join(parts), "`air clean` shows them, `air clean --yes` stops them")
     else:
         yield CheckRow("leftovers", "pass", "no containers or recorded processes left by earlier runs")
     for line in plan.skipped_running:

@@ -3,6 +3,7 @@ log, one finding per line at full width, so no key name or path is split across 
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 
 from rich.console import Console
@@ -13,7 +14,8 @@ from air.training.preflight_rows import CheckRow
 STYLES = {"pass": "green", "warn": "yellow", "fail": "bold red", "n/a": "dim"}
 
 
-def render_rows(console: Console, rows: list[CheckRow]) -> None:
+def render_rows(console: Console, rows: list[CheckRow], seconds: float | None = None) -> None:
+    """The rows, then the verdict with how long the checks took (``seconds``: measured, never estimated)."""
     if console.is_terminal:
         console.print(_table(rows))
     else:
@@ -22,7 +24,29 @@ def render_rows(console: Console, rows: list[CheckRow]) -> None:
     counts = Counter(r.status for r in rows)
     summary = ", ".join(f"{counts[s]} {s}" for s in ("pass", "warn", "fail", "n/a") if counts[s])
     verdict = "[bold red]not ready[/bold red]" if counts["fail"] else "[green]ready[/green]"
-    console.print(f"{verdict}: {summary}", soft_wrap=True)
+    took = f" (checked in {seconds:.1f} s)" if seconds is not None else ""
+    console.print(f"{verdict}: {summary}{took}", soft_wrap=True)
+
+
+class CheckStatus:
+    """The spinner's line while the checks run: which one, of how many, and the time so far."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.started = time.monotonic()
+        self.seconds: float | None = None
+
+    def __enter__(self) -> CheckStatus:
+        self._status = self.console.status("checking ...")
+        self._status.__enter__()
+        return self
+
+    def check_started(self, name: str, number: int, of: int) -> None:
+        self._status.update(f"checking {name} ({number}/{of}, {time.monotonic() - self.started:.0f} s so far)")
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.monotonic() - self.started
+        self._status.__exit__(*exc)
 
 
 def finding_line(row: CheckRow) -> str:

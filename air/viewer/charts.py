@@ -9,12 +9,23 @@ HEIGHT = 220
 _STEP_AXIS = alt.X("step:Q", title="training step", axis=alt.Axis(format="d", tickMinStep=1))
 
 
+# The chart's width fits its column, its height grows with the legend. Streamlit's default ("fit" both ways)
+# squeezes the whole chart into HEIGHT and cuts off whatever legend rows do not fit: the sixth run.
+GROWS_DOWN = alt.AutoSizeParams(type="fit-x", contains="padding")
+
+
 def _by_run(table: pd.DataFrame) -> dict[str, alt.Color]:
-    """One colour per run when the table holds several (each its own curve), none for one run."""
-    return {"color": alt.Color("run:N", title="run")} if table["run"].nunique() > 1 else {}
+    """One colour per run when the table holds several (each its own curve), none for one run. The legend
+    sits under the plot, one run a row, each name whole (run folders share long prefixes) and none dropped
+    (vega keeps 30 entries unless told)."""
+    runs = table["run"].nunique()
+    if runs <= 1:
+        return {}
+    legend = alt.Legend(orient="bottom", direction="vertical", labelLimit=0, symbolLimit=runs)
+    return {"color": alt.Color("run:N", title="run", legend=legend)}
 
 
-def reward_curve(table: pd.DataFrame) -> alt.Chart:
+def reward_curve(table: pd.DataFrame) -> alt.LayerChart:
     """Mean reward per training step: the learning curve, one per run."""
     base = alt.Chart(table).encode(
         x=_STEP_AXIS,
@@ -22,7 +33,8 @@ def reward_curve(table: pd.DataFrame) -> alt.Chart:
         tooltip=["run", "step", alt.Tooltip("reward:Q", format=".4f"), "rollouts"],
         **_by_run(table),
     )
-    return (base.mark_line() + base.mark_circle(size=28)).properties(title="Reward per step", height=HEIGHT)
+    chart = base.mark_line() + base.mark_circle(size=28)
+    return chart.properties(title="Reward per step", height=HEIGHT, autosize=GROWS_DOWN)
 
 
 def score_curves(table: pd.DataFrame) -> alt.FacetChart:

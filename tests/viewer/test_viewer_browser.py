@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from air.viewer.index import TrajectoryIndex
-from tests.synthetic_runs import MIXED_ROLLOUTS, write_mixed_folder
+from tests.synthetic_runs import MIXED_ROLLOUTS, write_mixed_folder, write_synthetic_run
 from tests.viewer_server import viewer_server
 
 playwright = pytest.importorskip("playwright.sync_api")
@@ -110,3 +110,24 @@ def test_open_select_a_rollout_step_through_it_and_compare(page, tmp_path: Path)
 
     for shot in (overview, rollout, compare):
         assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+
+
+def test_the_reward_chart_shows_every_run_in_its_legend(page, tmp_path: Path) -> None:
+    """Six runs whose names share a long prefix: six entries, each name whole and inside the drawn chart
+    (Streamlit's fitted height once cut the sixth off and vega cut each name to the shared prefix)."""
+    names = [f"outputs/standalone/20250101-12000{i}-abcdef{i}" for i in range(6)]
+    for i, name in enumerate(names):
+        write_synthetic_run(tmp_path / "runs" / name / "trajectories", 64, seed=i)
+    with viewer_server(tmp_path / "runs") as url:
+        page.goto(url)
+        chart = _main(page).locator('[data-testid="stVegaLiteChart"]').filter(has_text="Reward per step")
+        chart.locator("g.role-legend-label text").nth(5).wait_for(state="attached")
+        _settled(page)
+        labels = chart.locator("g.role-legend-label text").evaluate_all(
+            """texts => texts.map(text => {
+                const drawn = text.ownerSVGElement.getBoundingClientRect(), box = text.getBoundingClientRect();
+                return [text.textContent, box.top >= drawn.top && box.bottom <= drawn.bottom];
+            })"""
+        )
+        _screenshot(page, tmp_path, "viewer-six-runs.png")
+    assert labels == [[name, True] for name in names]
