@@ -27,7 +27,8 @@ def installed_front() -> Front:
 def classic_only(what: str) -> str:
     """Why ``what`` cannot run with this verifiers (0.3+, v1 only), and where it can."""
     return (
-        f"{what} needs the classic verifiers front (verifiers 0.1.x, the default `.venv`: `uv run air ...`); "
+        f"{what} needs the classic verifiers front (verifiers 0.1.x: the project's default .venv, which uv run "
+        "uses); "
         f"this environment has verifiers {installed_verifiers()}, whose v1 envs run in prime-rl's env servers "
         "or vf-eval (`air policy-server` prints a vf-eval command for it)"
     )
