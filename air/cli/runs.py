@@ -237,7 +237,7 @@ def cmd_standalone(args: argparse.Namespace) -> int:
         print_interrupted(console, summary)
         raise KeyboardInterrupt
     view.print_summary(summary)
-    # Exit status (README): 0 when every step ran and some rollout was not masked; 1 otherwise.
+    # Exit status (docs/standalone.md): 0 when every step ran and some rollout was not masked; 1 otherwise.
     return 0 if summary["masked"] < summary["rollouts"] else 1
 
 

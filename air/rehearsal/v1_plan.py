@@ -162,7 +162,7 @@ def check_external_servers(plan: V1Plan, timeout: float = 5.0) -> None:
         except OSError as exc:
             raise RehearsalError(
                 f"source {source.name!r}: no env server answers at {source.address} ({exc.strerror or exc}); "
-                "start it first (README: 'Env servers on other nodes')"
+                "start it first (docs/prime-rl-v1.md: 'Env servers on other nodes')"
             ) from exc
 
 

@@ -3,7 +3,7 @@
 The end-to-end check of the foundation on a machine without GPUs: pool -> workspace layout ->
 baseline run as the agent -> tamper-proof evaluation -> score against the recorded baseline.
 
-Each task ends with one status (README, "air demo"): reproduced, differs, no baseline shipped, data
+Each task ends with one status (docs/tasks.md, "air demo"): reproduced, differs, no baseline shipped, data
 missing (with the command that makes it) or failed (with the whole reason). What can be decided from
 the task's files (a broken config, missing data) is decided before any container starts.
 """
@@ -198,7 +198,7 @@ def _missing_module_hint(output: str) -> str:
 
 
 def demo_failed(results: Sequence[DemoResult]) -> bool:
-    """The exit rule (README): a baseline that differs or a task that failed; missing data and tasks
+    """The exit rule (docs/tasks.md): a baseline that differs or a task that failed; missing data and tasks
     without a baseline are reported, not failures."""
     return any(r.status in FAILING for r in results)
 

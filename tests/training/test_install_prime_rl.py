@@ -130,7 +130,7 @@ def test_install_names_a_clone_source_that_does_not_exist(tmp_path):
 def test_orchestrator_only_options_and_a_checkout_without_a_lock_file(fake_prime_rl, tmp_path):
     """The CPU route clones at the pin like the full one, then needs prime-rl's uv.lock for versions
     (the fake checkout has none: named). The full route runs against the real mirror in the opt-in
-    rehearsal test's set-up (README: Rehearse before you spend GPU hours)."""
+    rehearsal test's set-up (docs/rehearsal.md)."""
     repo, first, _ = fake_prime_rl
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PRIME_RL_DIR")}
     env.update(PRIME_RL_REPO=str(repo), PRIME_RL_COMMIT=first)
