@@ -30,8 +30,8 @@ RECORDING_WAIT_S = 30.0  # a rollout cut short only writes its record: seconds a
 class GracefulInterrupt:
     """``async with`` it in the run's task: the first SIGINT inside stops the run the way a cancel does.
     The core learns why (``core.cancel_cause``), the run's task is cancelled, and every rollout in flight
-    runs its clean-up, which records it; the block then ends quietly with ``interrupted`` set, and the run
-    writes its summary and says it was interrupted. A second SIGINT, a second or more later, does what
+    runs its clean-up, which records it (``settle`` waits for that); the block then ends quietly with
+    ``interrupted`` set, and the run says it was interrupted. A second SIGINT, a second or more later, does what
     SIGINT did before (verifiers' and the sandbox's handlers: containers removed, KeyboardInterrupt at once).
 
     Without it, verifiers' handler raises KeyboardInterrupt wherever the loop happens to be, and the
@@ -69,6 +69,20 @@ class GracefulInterrupt:
         signal.signal(signal.SIGINT, on_sigint)
         return self
 
+    async def settle(self) -> None:
+        """After a Ctrl-C, before the summary: take a cancel still on its way here, then wait for every task
+        being cancelled (the rollouts: gather gives up on its children at the first one cancelled, and the
+        others are still recording themselves), so the summary counts them."""
+        if not self.interrupted:
+            return
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(0)
+        me = asyncio.current_task()
+        stopping = [t for t in asyncio.all_tasks() if t is not me and not t.done() and t.cancelling()]
+        if stopping:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait(stopping, timeout=RECORDING_WAIT_S)
+
     async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
         self._inside = False
         if self._previous is not None:
@@ -76,14 +90,8 @@ class GracefulInterrupt:
         if not self.interrupted or (kind is not None and not issubclass(kind, asyncio.CancelledError)):
             return False
         with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.sleep(0)  # a cancel requested after the run's last await lands here, not later
-        # gather gives up on its children at the first one cancelled; the others are still recording
-        # themselves. Wait for every task being cancelled (the rollouts), so the summary counts them.
-        me = asyncio.current_task()
-        stopping = [t for t in asyncio.all_tasks() if t is not me and not t.done() and t.cancelling()]
-        if stopping:
-            await asyncio.wait(stopping, timeout=RECORDING_WAIT_S)
-        return True  # the cancellation was ours: the run goes on to write its summary
+            await asyncio.sleep(0)  # a cancel requested after the block's last await lands here, not later
+        return True  # the cancellation was ours: the run goes on, its summary written
 
 
 @dataclass

@@ -169,12 +169,14 @@ async def _run_steps(
     steps: list[dict[str, Any]] = []
     started = time.perf_counter()
     status, stopped_by = "interrupted", None
-    try:
-        for logger in loggers:
-            logger.start(settings, out)
-        if on_start:
-            on_start()
-        async with GracefulInterrupt(getattr(env, "core", None)) as interrupt:
+    # Ctrl-C anywhere in here, the summary included, is a cancel (interruption): the rollouts in flight
+    # record themselves, the summary is written, and only then may a pending cancel land (client.close).
+    async with GracefulInterrupt(getattr(env, "core", None)) as interrupt:
+        try:
+            for logger in loggers:
+                logger.start(settings, out)
+            if on_start:
+                on_start()
             with WholeLines(out / "steps.jsonl") as log_file:  # a full disk leaves no half line
                 for step in range(1, settings.steps + 1):  # 1-based, as the console counts them
                     t0 = time.perf_counter()
@@ -200,19 +202,20 @@ async def _run_steps(
                         on_step(stats)
                     for logger in loggers:
                         logger.log_step(stats, groups)
-        status = "interrupted" if interrupt.interrupted else "completed"
-    except SandboxesUnavailable as exc:  # the image is missing, the engine did not come back: stop here
-        status, stopped_by = "stopped", str(exc)
-        raise
-    finally:
-        await client.close()
-        if server is not None:
-            server.stop()
-        summary = _summary(settings, out, model, base_url if server is None else "scripted (in-process)", steps)
-        summary.update(status=status, stopped_by=stopped_by, seconds=time.perf_counter() - started)
-        write_json_atomically(out / "summary.json", summary)
-        for logger in loggers:
-            logger.finish(summary if status == "completed" else None)
+            status = "completed"
+        except SandboxesUnavailable as exc:  # the image is missing, the engine did not come back: stop here
+            status, stopped_by = "stopped", str(exc)
+            raise
+        finally:
+            await interrupt.settle()
+            if server is not None:
+                server.stop()
+            summary = _summary(settings, out, model, base_url if server is None else "scripted (in-process)", steps)
+            summary.update(status=status, stopped_by=stopped_by, seconds=time.perf_counter() - started)
+            write_json_atomically(out / "summary.json", summary)
+            for logger in loggers:
+                logger.finish(summary if status == "completed" else None)
+            await client.close()
     return summary
 
 

@@ -7,9 +7,12 @@ itself before the run goes on to its summary."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -112,12 +115,16 @@ def test_ctrl_c_waits_for_every_rollout_to_record_itself(monkeypatch: pytest.Mon
             raise
 
     async def run() -> tuple[bool, list[int]]:
-        async with GracefulInterrupt(core) as interrupt:
+        async with GracefulInterrupt(core) as interrupt:  # as the run does: settle before the summary
             loop = asyncio.get_running_loop()
             loop.call_later(0.2, os.kill, os.getpid(), signal.SIGINT)
             loop.call_later(0.2, os.kill, os.getpid(), signal.SIGINT)
-            await asyncio.gather(*(rollout(n) for n in range(5)))
-        return interrupt.interrupted, list(recorded)
+            try:
+                await asyncio.gather(*(rollout(n) for n in range(5)))
+            finally:
+                await interrupt.settle()
+                seen = list(recorded)
+        return interrupt.interrupted, seen
 
     before = signal.getsignal(signal.SIGINT)  # an earlier test may have loaded verifiers, which sets its own
     interrupted, seen_at_exit = asyncio.run(run())
@@ -145,3 +152,41 @@ def test_a_second_ctrl_c_later_stops_at_once(monkeypatch: pytest.MonkeyPatch) ->
 
     with pytest.raises(KeyboardInterrupt):
         asyncio.run(run())
+
+
+# Ctrl-C while the summary is being written (both signals, as a terminal plus `uv run` send them): the
+# summary is still written whole, and agrees with steps.jsonl.
+CTRL_C_IN_THE_SUMMARY = """
+import os, signal, sys
+import air.runs.standalone as standalone
+
+original = standalone._summary
+
+def summary_under_ctrl_c(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGINT)
+    os.kill(os.getpid(), signal.SIGINT)
+    return original(*args, **kwargs)
+
+standalone._summary = summary_under_ctrl_c
+from air.cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_ctrl_c_during_the_summary_still_writes_it_whole(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    argv = ["standalone", "--env", "simple_env", "--steps", "2", "--batch-size", "4", "--output-dir", str(out)]
+    done = subprocess.run(
+        [sys.executable, "-c", CTRL_C_IN_THE_SUMMARY, *argv],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "Traceback" not in done.stderr and "never retrieved" not in done.stderr, done.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    steps = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
+    assert summary["steps"] == steps and summary["steps_run"] == 2 and summary["status"] == "completed"
+    assert done.returncode == 0, done.stdout + done.stderr  # nothing was left to interrupt
+    assert not list(out.glob(".*.tmp"))
