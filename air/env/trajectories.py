@@ -152,6 +152,12 @@ def write_trajectory(record: TrajectoryRecord, directory: Path | str) -> Path:
     path = trajectory_path(record, directory)
     data = _serialise(record, path)  # any failure here happens before a file exists
     path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(path, data)
+    return path
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """``path`` holds the old file or the whole new one, also when Ctrl-C or a full disk stops the write."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -161,11 +167,10 @@ def write_trajectory(record: TrajectoryRecord, directory: Path | str) -> Path:
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
     _fsync_folder(path.parent)  # make the rename itself durable
-    return path
 
 
 def _serialise(record: TrajectoryRecord, path: Path) -> bytes:

@@ -12,15 +12,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import signal
-import tempfile
 import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from air.env.trajectories import write_atomically
 
 INTERRUPTED = "interrupted (Ctrl-C) before it ended: no reward"
 SAME_KEYPRESS_S = 1.0
@@ -145,17 +145,5 @@ def holds_a_finished_rollout(trajectory_dir: Path) -> bool:
 
 
 def write_json_atomically(path: Path, data: dict[str, Any]) -> None:
-    """``path`` holds the old file or the whole new one, also when Ctrl-C or a full disk stops the write."""
-    text = json.dumps(data, indent=2, allow_nan=False) + "\n"
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            os.fchmod(handle.fileno(), 0o644)
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    """``data`` as indented JSON, written whole or not at all (``trajectories.write_atomically``)."""
+    write_atomically(path, (json.dumps(data, indent=2, allow_nan=False) + "\n").encode())
