@@ -4,19 +4,17 @@ per cause on the console, with its count, instead of once per rollout."""
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from air.agents.server import PolicyServer
+from tests.json_endpoint import JsonEndpoint, serve
 from tests.runs.counted_imports import standalone_counting_imports
 
 CRASH = {"error": {"message": "model crashed: CUDA out of memory", "type": "InternalServerError", "code": 500}}
@@ -29,27 +27,8 @@ COMPLETION = {
 }
 
 
-class _Handler(BaseHTTPRequestHandler):
-    models: tuple[int, object] = (200, {"object": "list", "data": [{"id": "m", "object": "model"}]})
-    chat: tuple[int, object] = (500, CRASH)
-
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-        self._answer(*self.models)
-
-    def do_POST(self) -> None:  # noqa: N802
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        self._answer(*self.chat)
-
-    def _answer(self, status: int, body: object) -> None:
-        payload = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, *args: object) -> None:
-        pass
+class _Handler(JsonEndpoint):  # lists the model, then every completion crashes
+    chat = (500, CRASH)
 
 
 class _NoListing(_Handler):  # a server without /models that completes
@@ -65,20 +44,9 @@ class _Unauthorized(_Handler):
     models = (401, {"error": {"message": "Invalid API key"}})
 
 
-def _serve(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 @pytest.fixture
 def lists_then_fails() -> Iterator[str]:
-    yield from _serve(_Handler)
+    yield from serve(_Handler)
 
 
 def _probe():  # imported per test: the command-line tests below need none of it
@@ -103,16 +71,16 @@ def test_a_served_model_passes_and_another_is_refused_naming_what_is_served() ->
 
 def test_without_a_model_listing_one_token_is_asked_for() -> None:
     EndpointError, probe_endpoint = _probe()
-    for url in _serve(_NoListing):
+    for url in serve(_NoListing):
         probe_endpoint(url, "key", "m")
-    for url in _serve(_NoListingFailing):
+    for url in serve(_NoListingFailing):
         with pytest.raises(EndpointError, match=r"chat completion for model 'm' with HTTP 500 \(model crashed"):
             probe_endpoint(url, "key", "m")
 
 
 def test_a_refused_key_names_the_variable_that_holds_it() -> None:
     EndpointError, probe_endpoint = _probe()
-    for url in _serve(_Unauthorized):
+    for url in serve(_Unauthorized):
         with pytest.raises(EndpointError, match=r"HTTP 401 \(Invalid API key\); check the key in \$MY_KEY"):
             probe_endpoint(url, "key", "m", key_var="MY_KEY")
 

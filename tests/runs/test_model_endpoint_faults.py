@@ -3,44 +3,25 @@ retry), and its trajectory's ``error`` names the cause (type, HTTP status, the e
 
 from __future__ import annotations
 
-import json
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from air.cli.main import main
 from air.env.trajectory_reader import iter_trajectory_paths, load_trajectory
+from tests.json_endpoint import JsonEndpoint, serve
 
 pytestmark = pytest.mark.docker
 
 BODY = {"error": {"message": "model crashed: CUDA out of memory", "type": "InternalServerError", "code": 500}}
 
 
-class _Failing(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-        # The model listing answers (the run asks it once before starting): the completions fail.
-        payload = json.dumps({"object": "list", "data": [{"id": "default", "object": "model"}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        payload = json.dumps(BODY).encode()
-        self.send_response(500)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, *args: object) -> None:
-        pass
+class _Failing(JsonEndpoint):
+    # The model listing answers (the run asks it once before starting): the completions fail.
+    models = (200, {"object": "list", "data": [{"id": "default", "object": "model"}]})
+    chat = (500, BODY)
 
 
 class _Hanging(_Failing):
@@ -48,25 +29,14 @@ class _Hanging(_Failing):
         time.sleep(30)  # longer than the test's --model-timeout, twice over
 
 
-def _serve(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 @pytest.fixture
 def failing_endpoint() -> Iterator[str]:
-    yield from _serve(_Failing)
+    yield from serve(_Failing)
 
 
 @pytest.fixture
 def hanging_endpoint() -> Iterator[str]:
-    yield from _serve(_Hanging)
+    yield from serve(_Hanging)
 
 
 def _run(tmp_path: Path, docker_image: str, base_url: str) -> list:
