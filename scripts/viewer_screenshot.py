@@ -22,19 +22,19 @@ import contextlib
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # this checkout's air, however the script is started
+
+from air.viewer.local_server import ViewerServerError, chromium_path, free_port, serving  # noqa: E402
+
 DEFAULT_OUT = REPO / "docs" / "images" / "viewer-overview.png"
-CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
 AIR = [sys.executable, "-m", "air.run_training"]  # the `air` command line of this environment
 MAX_BYTES = 400_000
 TIMEOUT_MS = 120_000
@@ -48,17 +48,15 @@ def progress(message: str) -> None:
     print(f"viewer_screenshot: {message}", flush=True)
 
 
-def chromium_path() -> str:
-    """$AIR_CHROMIUM, else the first Chromium on PATH."""
+def find_chromium() -> str:
+    """$AIR_CHROMIUM, else the first Chromium on PATH (``air.viewer.local_server.chromium_path``)."""
+    found = chromium_path()
+    if found is not None:
+        return found
     explicit = os.environ.get("AIR_CHROMIUM")
     if explicit:
-        if not Path(explicit).is_file():
-            raise ScreenshotError(f"AIR_CHROMIUM={explicit} is not a file (point it at a Chromium binary)")
-        return explicit
-    found = next((path for name in CHROMIUM_NAMES if (path := shutil.which(name))), None)
-    if found is None:
-        raise ScreenshotError("no Chromium found: apt-get install chromium (or set AIR_CHROMIUM to a Chromium binary)")
-    return found
+        raise ScreenshotError(f"AIR_CHROMIUM={explicit} is not a file (point it at a Chromium binary)")
+    raise ScreenshotError("no Chromium found: apt-get install chromium (or set AIR_CHROMIUM to a Chromium binary)")
 
 
 def require_playwright() -> None:
@@ -117,48 +115,18 @@ def run_standalone(workdir: Path, steps: int, batch_size: int) -> Path:
     return run_folder
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @contextlib.contextmanager
 def air_view(directory: Path, timeout_s: float = 180.0) -> Iterator[str]:
-    """`air view DIR` on a free loopback port; yields its URL once it answers and has indexed DIR.
-    The server (a process group of its own) is stopped on exit, whatever happened."""
+    """`air view DIR` on a free loopback port; yields its URL once it answers and has indexed DIR."""
     port = free_port()
-    log = tempfile.TemporaryFile("a+")  # appends: our reads move the offset, its writes still go to the end
-    process = subprocess.Popen(
-        [*AIR, "view", str(directory), "--port", str(port)],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO,
-    )  # fmt: skip
+    command = [*AIR, "view", str(directory), "--port", str(port)]
     try:
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if process.poll() is not None:
-                log.seek(0)
-                last = [line for line in log.read().splitlines() if line.strip()][-1:] or ["no output"]
-                raise ScreenshotError(f"air view exited with {process.returncode}: {last[0]}")
-            with contextlib.suppress(OSError):
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=1) as reply:
-                    log.seek(0)
-                    if reply.status == 200 and "air view: " in log.read():  # answers, and indexed (or skipped)
-                        break
-            if time.monotonic() > deadline:
-                raise ScreenshotError(f"air view did not answer on {url} within {timeout_s:.0f} s")
-            time.sleep(0.2)
-        yield url
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-        log.close()
+        with serving(
+            command, port, "air view", ready=lambda output: "air view: " in output, timeout_s=timeout_s, cwd=REPO
+        ) as url:
+            yield url
+    except ViewerServerError as exc:
+        raise ScreenshotError(str(exc).splitlines()[0]) from None
 
 
 def _settled(page) -> None:
@@ -258,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         progress("[1/4] checking Playwright, Chromium" + ("" if args.run_dir else ", Docker and the sandbox image"))
         require_playwright()
-        chromium = chromium_path()
+        chromium = find_chromium()
         if args.run_dir is not None:
             if not args.run_dir.is_dir():
                 raise ScreenshotError(f"--run-dir {args.run_dir}: no such folder")

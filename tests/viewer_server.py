@@ -1,38 +1,20 @@
-"""Starts the viewer as a real Streamlit server on loopback, and finds a headless Chromium to open
-it with (Debian's package). Used by the browser test and by benchmarks/viewer.py."""
+"""Starts the viewer as a real Streamlit server on loopback (``air.viewer.local_server``), as `air view`
+or as a plain `streamlit run`; its Chromium is Debian's package. Used by the browser test and by
+benchmarks/viewer.py."""
 
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
-import signal
-import socket
-import subprocess
 import sys
-import tempfile
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+from air.viewer.local_server import chromium_path, free_port, serving
+
+__all__ = ["chromium_path", "free_port", "viewer_server"]
+
 REPO = Path(__file__).resolve().parent.parent
 APP = REPO / "air" / "visualize.py"
-CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
-
-
-def chromium_path() -> str | None:
-    """$AIR_CHROMIUM, else the first Chromium on PATH."""
-    explicit = os.environ.get("AIR_CHROMIUM")
-    if explicit:
-        return explicit if Path(explicit).is_file() else None
-    return next((found for name in CHROMIUM_NAMES if (found := shutil.which(name))), None)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @contextlib.contextmanager
@@ -54,31 +36,6 @@ def viewer_server(
         ]  # fmt: skip
     else:
         raise ValueError(f"via must be 'air view' or 'streamlit run', not {via!r}")
-    log = tempfile.TemporaryFile("a+")  # appends: our reads move the shared offset, its writes still go to the end
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if process.poll() is not None:
-                log.seek(0)
-                raise RuntimeError(f"streamlit exited with {process.returncode}:\n{log.read()[-3000:]}")
-            with contextlib.suppress(OSError):
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=1) as reply:
-                    log.seek(0)
-                    warm = "air view: " in log.read() or not wait_warm  # ready, or warm-up skipped
-                    if reply.status == 200 and warm:
-                        break
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"streamlit did not answer on {url} within {timeout_s:.0f} s")
-            time.sleep(0.1)
+    ready = (lambda output: "air view: " in output) if wait_warm else None  # ready, or warm-up skipped
+    with serving(command, port, via, ready=ready, timeout_s=timeout_s, cwd=REPO) as url:
         yield url
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-        log.close()
