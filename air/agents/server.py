@@ -280,10 +280,11 @@ class PolicyServer:
         log_level: str = "warning",
         vllm_model: str | Path | None = None,
         max_model_len: int | None = None,
+        load_broadcasts: bool = False,
     ) -> None:
         """``vllm_model``: a model directory (``air tiny-model`` writes one); the server then answers like
-        vLLM serving it (token ids, logprobs, admin routes) and its name defaults to the directory's path,
-        as vLLM names a model by the path it was started with."""
+        vLLM serving it (token ids, logprobs, admin routes; with ``load_broadcasts`` the weight routes load
+        what they name) and its name defaults to the directory's path, as vLLM names it."""
         self.policy = make_policy(policy) if isinstance(policy, str) else policy
         spec = policy if isinstance(policy, str) else policy_name(self.policy)
         vllm = None
@@ -291,7 +292,7 @@ class PolicyServer:
             from air.agents.token_scorer import TokenScorer  # torch: only when asked for
 
             model_name = model_name or str(vllm_model)
-            vllm = VllmSide(TokenScorer(vllm_model, max_model_len), model_name)
+            vllm = VllmSide(TokenScorer(vllm_model, max_model_len), model_name, load_broadcasts)
         self.model_name = model_name or f"scripted-{spec}"
         self.host = host
         self.port = port

@@ -57,6 +57,34 @@ class TokenScorer:
         if self.eos_id is None or self.eos_id == self.tokenizer.unk_token_id:
             self.eos_id = self.tokenizer.eos_token_id
         self._lock = threading.Lock()  # one forward pass at a time: the CPU is shared with the rollouts
+        self.adapters: dict[str, Any] = {}  # LoRA name -> the base model with that adapter merged in
+
+    # ------------------------------------------------------------------ loaded updates
+
+    def load_adapter(self, name: str, adapter_dir: str | Path) -> None:
+        """Serve ``name`` as the base model with the LoRA adapter in ``adapter_dir`` (vLLM's LoRA load);
+        raises :class:`air.agents.broadcast_loading.BroadcastLoadError` when it does not fit."""
+        from air.agents.broadcast_loading import with_lora_adapter
+
+        with self._lock:
+            base = self.model
+        updated = with_lora_adapter(base, adapter_dir)
+        with self._lock:
+            self.adapters[name] = updated
+
+    def load_weights(self, weight_dir: str | Path) -> None:
+        """Replace the served weights with the full weights in ``weight_dir`` (vLLM's weight update)."""
+        from air.agents.broadcast_loading import with_full_weights
+
+        with self._lock:
+            base = self.model
+        updated = with_full_weights(base, weight_dir)
+        with self._lock:
+            self.model = updated
+
+    def model_for(self, name: str | None):
+        """The model a request names: a loaded adapter, else the served (base) model."""
+        return self.adapters.get(name, self.model) if name else self.model
 
     # ------------------------------------------------------------------ tokenization
 
@@ -80,6 +108,7 @@ class TokenScorer:
         reply: str,
         max_tokens: int | None = None,
         temperature: float = 1.0,
+        model: str | None = None,
     ) -> ScoredCompletion:
         """The reply as vLLM would have returned it after ``prompt_ids``, scored by the model."""
         if len(prompt_ids) >= self.max_model_len:
@@ -97,15 +126,18 @@ class TokenScorer:
         return ScoredCompletion(
             prompt_ids=list(prompt_ids),
             token_ids=ids,
-            logprobs=self.logprobs(prompt_ids, ids, temperature),
+            logprobs=self.logprobs(prompt_ids, ids, temperature, model),
             tokens=self.token_texts(ids),
             text=self.tokenizer.decode(text_ids, skip_special_tokens=True),
             finish_reason=finish_reason,
         )
 
-    def logprobs(self, prompt_ids: list[int], completion_ids: list[int], temperature: float = 1.0) -> list[float]:
+    def logprobs(
+        self, prompt_ids: list[int], completion_ids: list[int], temperature: float = 1.0, model: str | None = None
+    ) -> list[float]:
         """log p(completion token | everything before it), from logits divided by ``temperature``
-        (0 means greedy sampling; its logprobs are reported unscaled, as for temperature 1)."""
+        (0 means greedy sampling; its logprobs are reported unscaled, as for temperature 1), under the
+        model the name picks (:meth:`model_for`)."""
         if not completion_ids:
             return []
         if not prompt_ids:
@@ -114,7 +146,7 @@ class TokenScorer:
         scale = temperature if temperature and temperature > 0 else 1.0
         sequence = torch.tensor([list(prompt_ids) + list(completion_ids)])
         with self._lock, torch.inference_mode():
-            logits = self.model(input_ids=sequence).logits[0].float()
+            logits = self.model_for(model)(input_ids=sequence).logits[0].float()
         # The logits at position i predict token i + 1: the completion's come from one position earlier.
         start = len(prompt_ids) - 1
         predicting = logits[start : start + len(completion_ids)] / scale

@@ -15,8 +15,12 @@ returns, and call vLLM's admin routes. This module holds those, next to the plai
   logprobs out; the chat is rendered client-side, so the policy reads it back from the ChatML tokens);
 - the weight routes (``/update_weights``, ``/reload_weights``, ``/load_lora_adapter``, vLLM's own
   ``/v1/load_lora_adapter`` and ``/v1/unload_lora_adapter``, today's ``/pause`` and ``/resume``):
-  acknowledged and recorded in :attr:`VllmSide.weight_updates`, since scripted text does not depend on
-  weights; ``GET /metrics`` answers in Prometheus' text format.
+  recorded in :attr:`VllmSide.weight_updates`. Scripted text does not depend on weights, so they are
+  only acknowledged, unless the side was made with ``load_broadcasts`` (``air rehearse --trainer``):
+  then an adapter or full weights a real trainer published are loaded
+  (:mod:`air.agents.broadcast_loading`) and the logprobs of requests naming them come from the updated
+  model; a broadcast that does not load answers 500 and is recorded with its reason. ``GET /metrics``
+  answers in Prometheus' text format.
 """
 
 from __future__ import annotations
@@ -87,14 +91,17 @@ class WeightUpdate:
     route: str
     body: dict[str, Any]
     at: float = field(default_factory=time.time)
+    loaded: bool | None = None  # with load_broadcasts: whether the files it names were loaded
+    error: str | None = None  # why they were not
 
 
 class VllmSide:
     """The served model's name, the LoRA adapters loaded so far, and what the admin routes were asked."""
 
-    def __init__(self, scorer: TokenScorer, model_name: str) -> None:
+    def __init__(self, scorer: TokenScorer, model_name: str, load_broadcasts: bool = False) -> None:
         self.scorer = scorer
         self.model_name = model_name
+        self.load_broadcasts = load_broadcasts
         self.adapters: dict[str, str] = {}  # LoRA name -> path it was loaded from
         self.weight_updates: list[WeightUpdate] = []
         self._lock = threading.Lock()
@@ -111,12 +118,12 @@ class VllmSide:
     # ------------------------------------------------------------------ chat completions
 
     def score(
-        self, messages: list[dict[str, Any]], replies: list[str], sampling: VllmSampling
+        self, messages: list[dict[str, Any]], replies: list[str], sampling: VllmSampling, model: str | None = None
     ) -> list[ScoredCompletion]:
         """Each reply as vLLM would return it; raises PromptTooLong like vLLM's 400."""
         prompt_ids = sampling.tokens if sampling.tokens is not None else self.scorer.prompt_ids(messages)
         temperature = 1.0 if sampling.temperature is None else sampling.temperature
-        return [self.scorer.complete(prompt_ids, reply, sampling.token_limit, temperature) for reply in replies]
+        return [self.scorer.complete(prompt_ids, reply, sampling.token_limit, temperature, model) for reply in replies]
 
     @staticmethod
     def choice(index: int, scored: ScoredCompletion, sampling: VllmSampling) -> dict[str, Any]:
@@ -160,7 +167,7 @@ class VllmSide:
         """vLLM's answer to a token prompt; raises PromptTooLong like vLLM's 400."""
         sampling = VllmSampling.model_validate(request.sampling_params)
         temperature = 1.0 if sampling.temperature is None else sampling.temperature
-        scored = self.scorer.complete(request.token_ids, reply, sampling.token_limit, temperature)
+        scored = self.scorer.complete(request.token_ids, reply, sampling.token_limit, temperature, request.model)
         content = [
             {"token": f"token_id:{token_id}", "logprob": logprob}
             for token_id, logprob in zip(scored.token_ids, scored.logprobs, strict=True)
@@ -201,13 +208,21 @@ class VllmSide:
         }
 
     def record(self, route: str, body: dict[str, Any]) -> tuple[int, dict[str, Any] | str]:
-        """Acknowledge a weight or adapter route the way vLLM (and prime-rl's wrapper of it) answers."""
+        """Acknowledge a weight or adapter route the way vLLM (and prime-rl's wrapper of it) answers;
+        with ``load_broadcasts``, load what it names first."""
+        update = WeightUpdate(route, dict(body))
         with self._lock:
-            self.weight_updates.append(WeightUpdate(route, dict(body)))
+            self.weight_updates.append(update)
+        named = isinstance(body.get("lora_name"), str) and isinstance(body.get("lora_path"), str)
+        if route in LOAD_ROUTES and not named:
+            return 400, error_body("lora_name and lora_path are required (strings)")
+        if self.load_broadcasts and (route in LOAD_ROUTES or route == "/update_weights"):
+            failure = self.load(route, body, update)
+            if failure is not None:
+                return 500, error_body(failure, kind="InternalServerError")
+        with self._lock:
             if route in LOAD_ROUTES:
-                name, path = body.get("lora_name"), body.get("lora_path")
-                if not isinstance(name, str) or not isinstance(path, str):
-                    return 400, error_body("lora_name and lora_path are required (strings)")
+                name, path = body["lora_name"], body["lora_path"]
                 self.adapters[name] = path  # in place when loaded before, as prime-rl's patched vLLM does
                 if route.startswith("/v1/"):  # vLLM's own route answers in text, prime-rl's wrapper in JSON
                     return 200, f"Success: LoRA adapter '{name}' added successfully."
@@ -220,6 +235,23 @@ class VllmSide:
                 return 200, f"Success: LoRA adapter '{name}' removed successfully."
         return 200, {"status": "ok"}
 
+    def load(self, route: str, body: dict[str, Any], update: WeightUpdate) -> str | None:
+        """Load the adapter or weights a route names into the scorer; the reason when they do not load."""
+        from air.agents.broadcast_loading import BroadcastLoadError
+
+        try:
+            if route in LOAD_ROUTES:
+                self.scorer.load_adapter(body["lora_name"], body["lora_path"])
+            elif isinstance(body.get("weight_dir"), str):
+                self.scorer.load_weights(body["weight_dir"])
+            else:
+                raise BroadcastLoadError("/update_weights names no weight_dir to load")
+        except BroadcastLoadError as exc:
+            update.loaded, update.error = False, str(exc)
+            return f"cannot load the broadcast: {exc}"
+        update.loaded = True
+        return None
+
     # ------------------------------------------------------------------ HTTP
 
     async def completion_response(
@@ -230,7 +262,8 @@ class VllmSide:
         from starlette.responses import JSONResponse
 
         try:
-            scored = await run_in_threadpool(self.score, messages, replies, sampling)  # a forward pass: off the loop
+            # a forward pass: off the loop
+            scored = await run_in_threadpool(self.score, messages, replies, sampling, model)
         except PromptTooLong as exc:
             return JSONResponse(error_body(str(exc), kind="BadRequestError"), status_code=400)
         return JSONResponse(
@@ -292,7 +325,7 @@ class VllmSide:
                     body = None
                 if not isinstance(body, dict):
                     return JSONResponse(error_body(f"{route} takes a JSON object"), status_code=400)
-                status, payload = self.record(route, body)
+                status, payload = await run_in_threadpool(self.record, route, body)  # may load weights
                 if isinstance(payload, str):
                     return PlainTextResponse(payload, status_code=status)
                 return JSONResponse(payload, status_code=status)
