@@ -4,7 +4,7 @@
 # `air_mlgym` must be importable there). Prints the commands to run next. Idempotent: run again, it
 # only checks.
 #
-#   bash scripts/install_prime_rl.sh [--orchestrator-only] [--commit REF] [DIR]
+#   bash scripts/install_prime_rl.sh [--orchestrator-only | --cpu-trainer] [--commit REF] [DIR]
 #       DIR: where prime-rl goes (default $PRIME_RL_DIR, else ~/prime-rl)
 #   --commit REF
 #       The prime-rl commit (or branch, tag) to install. Default: the pin our classic configs are written for
@@ -16,6 +16,10 @@
 #       reachable), prime-rl's source on its path, its pinned verifiers build, and air-agent[tiny].
 #       Versions come from prime-rl's own uv.lock (as constraints). Leaves DIR/.venv alone. Python 3.12 where
 #       uv finds one (prime-rl's), else this machine's 3.11.4+ (both run the orchestrator; the script says which).
+#   --cpu-trainer
+#       Also what prime-rl's trainer needs to run on the CPU, for `air rehearse --trainer`; implies
+#       --orchestrator-only (scripts/install_cpu_trainer.sh: the trainer's packages at uv.lock's versions,
+#       torchtitan at the lock's revision, import-only stand-ins for flash_attn, vLLM's NCCL classes and dion).
 #
 # Environment: PRIME_RL_REPO  clone source (default GitHub; a mirror or a local clone works too)
 #              PRIME_RL_COMMIT  the same as --commit (the option wins)
@@ -24,14 +28,18 @@
 #                              works), unless the checkout's deps/verifiers submodule is already there
 #              PRIME_RL_PYTHON  the venv's Python (default: 3.12 where uv finds it, else 3.11.4+)
 #              PRIME_RL_TORCH  a torch requirement or wheel file to install instead of the CPU index's build
+#              PRIME_RL_TORCHTITAN  --orchestrator-only (v1) and --cpu-trainer: a torchtitan requirement or source
+#                              folder instead of the lock's git revision (e.g. "torchtitan @ git+file:///m@REV")
 set -euo pipefail
 
 ORCHESTRATOR_ONLY=0
+CPU_TRAINER=0
 COMMIT_OPTION=""
 POSITIONAL=()
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --orchestrator-only) ORCHESTRATOR_ONLY=1 ;;
+        --cpu-trainer) CPU_TRAINER=1 ORCHESTRATOR_ONLY=1 ;;
         --commit) [[ $# -ge 2 && -n "$2" ]] || { printf 'error: --commit needs a REF\n' >&2; exit 2; }
             COMMIT_OPTION=$2; shift ;;
         --commit=*) COMMIT_OPTION=${1#--commit=} ;;
@@ -98,6 +106,10 @@ echo "    at ${head:0:12} ($GENERATION: air_mlgym's $GENERATION front, configs i
 if [[ $ORCHESTRATOR_ONLY == 1 ]]; then
     # shellcheck source=scripts/install_orchestrator_only.sh
     source "$AIR_DIR/scripts/install_orchestrator_only.sh"
+    if [[ $CPU_TRAINER == 1 ]]; then
+        # shellcheck source=scripts/install_cpu_trainer.sh
+        source "$AIR_DIR/scripts/install_cpu_trainer.sh"
+    fi
     exit 0
 fi
 

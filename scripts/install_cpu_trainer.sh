@@ -1,0 +1,67 @@
+# Sourced by install_prime_rl.sh --cpu-trainer, after install_orchestrator_only.sh built $VENV ($DIR, $VENV,
+# $GENERATION, $AIR_DIR set). Adds what prime-rl's own trainer entry point needs to run on the CPU, for
+# `air rehearse --trainer` (air/rehearsal/trainer_entry.py, air/rehearsal/cpu_torch.py):
+#   classic (c87c19b): the trainer's packages at the versions of prime-rl's uv.lock (as constraints),
+#       torchtitan at the lock's git revision (PRIME_RL_TORCHTITAN may name a requirement or a path instead;
+#       its dependencies, tensorboard among them, at the lock's versions), and import-only stand-ins for
+#       flash_attn, vLLM's NCCL classes and dion (scripts/cpu_stand_ins) on the venv's path.
+#   v1 (today's): scripts/install_cpu_trainer_v1.sh.
+# Idempotent: a venv where the trainer already imports is only checked.
+
+if [[ $GENERATION == v1 ]]; then
+    # shellcheck source=scripts/install_cpu_trainer_v1.sh
+    source "$AIR_DIR/scripts/install_cpu_trainer_v1.sh"
+    return 0
+fi
+
+PY="$VENV/bin/python"
+# Imported by prime_rl.trainer.rl.train and what it pulls in, beyond the orchestrator's packages.
+TRAINER_PACKAGES=(beartype jaxtyping torchdata tyro ring-flash-attn prometheus-client)
+# ring-flash-attn asks for flash-attn (CUDA; a stand-in here).
+TRAINER_NO_DEPS='^(ring-flash-attn)$'
+TRAINER_CHECK='import prime_rl.trainer.rl.train, prime_rl.orchestrator.orchestrator, air_mlgym, torchtitan
+import air.rehearsal.trainer_entry, air.rehearsal.cpu_torch'
+
+if "$PY" -c "$TRAINER_CHECK" >/dev/null 2>&1; then
+    say "the trainer already imports in $VENV (CPU trainer ready)"
+else
+    trainer_work=$(mktemp -d)
+    say "reading prime-rl's uv.lock for the trainer's versions"
+    python3 - "$DIR" "$trainer_work" <<'PY' || die "cannot read $DIR/uv.lock"
+import sys, tomllib
+from pathlib import Path
+root, work = Path(sys.argv[1]), Path(sys.argv[2])
+pins, titan = [], ""
+for package in tomllib.load(open(root / "uv.lock", "rb")).get("package", []):
+    name, source = package["name"], package.get("source", {})
+    if name == "torchtitan" and "git" in source:
+        url, _, commit = source["git"].partition("#")
+        titan = f"torchtitan @ git+{url.split('?')[0]}@{commit}"
+    elif "registry" in source and not name.startswith(("nvidia-", "triton", "cuda-")) and name != "torch":
+        pins.append(f"{name}=={package['version'].split('+')[0]}")
+(work / "constraints.txt").write_text("\n".join(sorted(set(pins))) + "\n")
+(work / "torchtitan.txt").write_text(titan + "\n")
+PY
+    TITAN=${PRIME_RL_TORCHTITAN:-$(cat "$trainer_work/torchtitan.txt")}
+    [[ -n "$TITAN" ]] || die "no torchtitan source in $DIR/uv.lock (set PRIME_RL_TORCHTITAN)"
+    with_deps=("$TITAN") no_deps=()
+    for package in "${TRAINER_PACKAGES[@]}"; do
+        if [[ $package =~ $TRAINER_NO_DEPS ]]; then no_deps+=("$package"); else with_deps+=("$package"); fi
+    done
+    say "installing the trainer's packages: ${TRAINER_PACKAGES[*]}, torchtitan ($TITAN)"
+    uv pip install --quiet --python "$PY" --constraint "$trainer_work/constraints.txt" "${with_deps[@]}" ||
+        die "installing the trainer's packages failed (is $TITAN reachable? PRIME_RL_TORCHTITAN may name a local torchtitan source tree)"
+    uv pip install --quiet --python "$PY" --constraint "$trainer_work/constraints.txt" --no-deps "${no_deps[@]}" ||
+        die "installing ${no_deps[*]} failed"
+    rm -rf "$trainer_work"
+
+    say "putting the import-only stand-ins (flash_attn, vLLM's NCCL classes, dion) on $VENV's path"
+    site=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    # After the installed packages (zz_): a real flash-attn, vLLM or dion would win.
+    echo "$AIR_DIR/scripts/cpu_stand_ins" >"$site/zz_air_cpu_stand_ins.pth"
+    "$PY" -m compileall -q -j 0 "$site" >/dev/null 2>&1 || true
+
+    report=$("$PY" -c "$TRAINER_CHECK" 2>&1) ||
+        die "prime-rl's trainer does not import in $VENV: $(tail -n 3 <<<"$report")"
+    echo "    prime_rl.trainer.rl.train imports in $VENV (on the CPU: air/rehearsal/trainer_entry.py runs it)"
+fi
