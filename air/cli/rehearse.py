@@ -29,6 +29,12 @@ def register_rehearse(subparsers: argparse._SubParsersAction) -> None:
         help="today's prime-rl: this source's env server was started separately (as on another node); "
         "the rehearsal starts none for it and the orchestrator connects there (repeatable)",
     )
+    parser.add_argument(
+        "--trainer",
+        action="store_true",
+        help="run prime-rl's own trainer (torchrun, one process; CUDA if there, else the CPU with a smaller batch) "
+        "instead of the stand-in; the scripted server loads each broadcast. Needs install_prime_rl.sh --cpu-trainer",
+    )
     parser.add_argument("--json", action="store_true", help="also print the figures as one JSON object, last line")
     parser.set_defaults(func=cmd_rehearse)
 
@@ -39,6 +45,9 @@ def cmd_rehearse(args: argparse.Namespace) -> int:
     with a tiny local model's token ids and logprobs, and a stand-in trainer that only publishes what the
     orchestrator waits for. Then reads what the orchestrator handed the trainer and reports samples,
     rewards, advantages and the loss mask. Exit status 1 when the run could not teach a model anything.
+    With --trainer, prime-rl's own trainer learns from those batches live, and the report adds per step its
+    loss, grad norm, parameter change and memory, the broadcasts the server loaded, and a fixed sample's
+    logprob before and after (exit 1 when it did not learn).
     A config for today's prime-rl (configs/mlgym-v1/) runs its env servers too, one per source, unless
     --external-env-server names one started separately.
     Needs: bash scripts/install_prime_rl.sh --orchestrator-only [--commit 559b447], Docker and the image."""
@@ -65,6 +74,7 @@ def cmd_rehearse(args: argparse.Namespace) -> int:
         model_dir=args.model,
         timeout_s=args.timeout,
         external_env_servers=external,
+        trainer=args.trainer,
     )
     console = output_console(stderr=args.json)
     try:

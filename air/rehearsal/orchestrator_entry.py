@@ -3,10 +3,11 @@
     python -m air.rehearsal.orchestrator_entry derive RL_TOML OVERRIDES_JSON OUT_TOML
         The orchestrator config exactly as ``rl`` derives it from a combined config (``RLConfig``, then
         ``orchestrator.model_dump``), with the rehearsal's overrides merged in, written as TOML.
-    python -m air.rehearsal.orchestrator_entry run ORCH_TOML METRICS_JSONL STEPS
+    python -m air.rehearsal.orchestrator_entry run ORCH_TOML METRICS_JSONL STEPS [stand-in|none]
         prime-rl's orchestrator ``main()``, with two additions: every dict it logs to its monitor is
         also appended to METRICS_JSONL (without W&B, prime-rl keeps metrics in memory only), and a
-        stand-in trainer thread (see :func:`stand_in_trainer`).
+        stand-in trainer thread (see :func:`stand_in_trainer`), unless ``none``: prime-rl's own trainer
+        runs beside it (``air rehearse --trainer``).
 
 Only the standard library and prime-rl are imported here: this file is the one part of ``air`` that
 runs in someone else's environment.
@@ -90,7 +91,7 @@ def stand_in_trainer(output_dir: Path, steps: int, seq_len: int, report: Path) -
         (published / "STABLE").touch()
 
 
-def run(orch_toml: str, metrics_jsonl: str, steps: str) -> None:
+def run(orch_toml: str, metrics_jsonl: str, steps: str, trainer: str = "stand-in") -> None:
     import tomllib
 
     from prime_rl.orchestrator import orchestrator
@@ -107,18 +108,18 @@ def run(orch_toml: str, metrics_jsonl: str, steps: str) -> None:
 
     NoOpMonitor.log = log
     config = tomllib.loads(Path(orch_toml).read_text())
-    trainer = threading.Thread(
-        target=stand_in_trainer,
-        args=(
-            Path(config["output_dir"]),
-            int(steps),
-            int(config.get("seq_len", 2048)),
-            metrics_path.parent / "trainer.jsonl",
-        ),
-        name="stand-in-trainer",
-        daemon=True,
-    )
-    trainer.start()
+    if trainer == "stand-in":
+        threading.Thread(
+            target=stand_in_trainer,
+            args=(
+                Path(config["output_dir"]),
+                int(steps),
+                int(config.get("seq_len", 2048)),
+                metrics_path.parent / "trainer.jsonl",
+            ),
+            name="stand-in-trainer",
+            daemon=True,
+        ).start()
     sys.argv = ["orchestrator", "@", orch_toml]
     orchestrator.main()
 

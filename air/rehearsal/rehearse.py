@@ -40,7 +40,19 @@ from air.rehearsal.launch import (
     tiny_model,
     wait_for_steps,
 )
+from air.rehearsal.live_trainer import (
+    PROBE,
+    classic_samples,
+    cpu_batch,
+    derive_trainer_config,
+    finish_trainer_run,
+    start_trainer,
+    trainer_device,
+    trainer_overrides,
+    wait_for_training,
+)
 from air.rehearsal.report import RehearsalReport, report_from
+from air.rehearsal.trainer_report import TrainerRun, broadcast_loads
 from air.training.config_v1 import detect_generation
 
 DROPPED = ("wandb", "prime_monitor", "ckpt", "eval", "heartbeat")
@@ -59,6 +71,7 @@ class RehearsalSettings:
     timeout_s: float = 1800.0
     seed: int = 0
     external_env_servers: dict[str, str] = field(default_factory=dict)  # v1: source name -> serve.address
+    trainer: bool = False  # prime-rl's own trainer instead of the stand-in (live_trainer)
 
 
 @dataclass
@@ -144,12 +157,17 @@ def rehearse_classic(settings: RehearsalSettings, path: Path, raw: dict[str, Any
     python, root = find_orchestrator_python(settings.prime_rl, "classic", say=say, timeout_s=settings.timeout_s)
     check_docker(plan.env_images)
     check_envs_load(plan.envs, ENV_DROPPED)
+    run = TrainerRun(device=trainer_device(python, "classic", root)) if settings.trainer else None
     out = new_output_folder(settings.output)
     run_dir = out / "run_default"
     run_dir.mkdir(parents=True)
     model_dir = tiny_model(settings.model_dir, say)
     with PolicyServer(
-        settings.policy, vllm_model=model_dir, max_model_len=plan.max_model_len, seed=settings.seed
+        settings.policy,
+        vllm_model=model_dir,
+        max_model_len=plan.max_model_len,
+        seed=settings.seed,
+        load_broadcasts=settings.trainer,
     ) as server:
         overrides = {
             "client": {"base_url": [server.base_url]},
@@ -160,12 +178,21 @@ def rehearse_classic(settings: RehearsalSettings, path: Path, raw: dict[str, Any
             "_env_args": {"trajectory_dir": str(out / "trajectories"), "run_id": f"rehearse-{os.getpid()}"},
             "_env_drop": list(ENV_DROPPED),
         }
+        if run is not None and run.device == "cpu":
+            batch_size, run.sizing = cpu_batch(plan.batch_size, plan.group_size)
+            overrides["batch_size"] = batch_size
         orch_toml = derive_config(python, plan.path, overrides, out, settings.timeout_s)
+        trainer_config = None
+        if run is not None:
+            wanted = trainer_overrides(model_dir, out, settings.steps, run.device, out)  # it adds run_default/
+            trainer_config = derive_trainer_config(python, "classic", plan.path, out, wanted, settings.timeout_s)
         started = time.time()
-        run_orchestrator(python, orch_toml, out, settings, say)
+        run_orchestrator(python, orch_toml, out, settings, say, trainer_config)
         elapsed = time.time() - started
-        weight_updates = len(server.app.vllm.weight_updates)
-    report = build_report(plan, settings, out, model_dir, elapsed, weight_updates, launched_at=started)
+        updates = list(server.app.vllm.weight_updates)
+    if run is not None:
+        run.broadcasts_loaded, run.broadcast_failures = broadcast_loads(updates)
+    report = build_report(plan, settings, out, model_dir, elapsed, len(updates), launched_at=started, run=run)
     report.prime_rl_commit = commit_of(root)
     return report
 
@@ -178,15 +205,28 @@ def derive_config(python: Path, config: Path, overrides: dict[str, Any], out: Pa
     return orch_toml
 
 
-def run_orchestrator(python: Path, orch_toml: Path, out: Path, settings: RehearsalSettings, say) -> None:
+def run_orchestrator(
+    python: Path, orch_toml: Path, out: Path, settings: RehearsalSettings, say, trainer_config: Path | None = None
+) -> None:
     """The orchestrator and its env workers share a session; workers outlive a crashed orchestrator,
-    so the whole session is stopped, and dead processes' containers reaped, whatever happens."""
+    so the whole session is stopped, and dead processes' containers reaped, whatever happens. With a
+    ``trainer_config``, prime-rl's trainer runs beside it instead of the stand-in thread."""
+    trainer_kind = "stand-in" if trainer_config is None else "none"
     command = [str(python), "-m", ENTRY, "run", str(orch_toml), str(out / "metrics.jsonl"), str(settings.steps)]
-    orchestrator = Launched("orchestrator", command, out, out / "orchestrator.stdout", settings.config, entry_env())
+    launched = [
+        Launched(
+            "orchestrator", [*command, trainer_kind], out, out / "orchestrator.stdout", settings.config, entry_env()
+        )
+    ]
     try:
-        wait_for_steps(orchestrator, [], out / "trainer.jsonl", settings, say)
+        if trainer_config is None:
+            wait_for_steps(launched[0], [], out / "trainer.jsonl", settings, say)
+        else:
+            launched.append(start_trainer(python, "classic", trainer_config, out, settings.config))
+            wait_for_training(launched[0], launched[1], [], out / PROBE, settings, say)
     finally:
-        orchestrator.stop(grace=10.0)
+        for process in reversed(launched):
+            process.stop(grace=10.0)
         reap_containers()
 
 
@@ -199,6 +239,7 @@ def build_report(
     weight_updates: int,
     *,
     launched_at: float,
+    run: TrainerRun | None = None,
 ) -> RehearsalReport:
     from transformers import AutoTokenizer
 
@@ -213,7 +254,10 @@ def build_report(
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     special = {tokenizer.convert_tokens_to_ids(token) for token in ("<|im_start|>", "<|endoftext|>")}
     batch: BatchFigures = figures(batches, plan.strategy, plan.group_size, special, plan.batch_size)
-    trainer = [json.loads(line) for line in (out / "trainer.jsonl").read_text().splitlines() if line.strip()]
+    if run is None:
+        trainer = [json.loads(line) for line in read(out / "trainer.jsonl").splitlines() if line.strip()]
+    else:
+        trainer = finish_trainer_run(run, out / PROBE, run_dir, model_dir, classic_samples(batches))
     logged = [json.loads(line) for line in read(out / "metrics.jsonl").splitlines() if line.strip()]
     step_logs = [entry for entry in logged if "reward/mean" in entry or "progress/samples" in entry]
     return report_from(
@@ -230,6 +274,7 @@ def build_report(
         env_metrics=mean_of(step_logs, lambda key: key.startswith("metrics/")),
         orchestrator_metrics=mean_of(step_logs, lambda key: key in ORCHESTRATOR_KEYS),
         dropped=plan.dropped,
+        trainer_run=run,
     )
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from air.rehearsal.trainer_report import TrainerRun, trainer_problems
+
 
 @dataclass
 class RehearsalReport:
@@ -49,6 +51,7 @@ class RehearsalReport:
     cancelled: int = 0
     cancelled_stale: int | None = None
     cancelled_at_end: int | None = None
+    trainer_run: TrainerRun | None = None  # --trainer: what prime-rl's real trainer did, per step
 
     @property
     def cancelled_share(self) -> float:
@@ -56,6 +59,8 @@ class RehearsalReport:
 
     def as_dict(self) -> dict[str, Any]:
         figures = {**asdict(self), "cancelled_share": self.cancelled_share}
+        if self.trainer_run is not None and self.trainer_run.fixed_sample is not None:
+            figures["trainer_run"]["fixed_sample"]["changed"] = self.trainer_run.fixed_sample.changed
         return {**figures, "problems": self.problems(), "warnings": self.warnings()}
 
     def problems(self) -> list[str]:
@@ -71,7 +76,10 @@ class RehearsalReport:
             found.append("the loss mask covers tokens it must not: " + "; ".join(self.loss_mask_problems[:3]))
         if not self.advantages_match_rewards:
             found.append("advantages do not equal reward minus the group mean")
-        return found + [f"the trainer would fail: {error}" for error in self.trainer_errors]
+        found += [f"the trainer would fail: {error}" for error in self.trainer_errors]
+        if self.trainer_run is not None:
+            found += trainer_problems(self.trainer_run, self.steps_requested)
+        return found
 
     def warnings(self) -> list[str]:
         found = []

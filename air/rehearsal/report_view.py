@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
 from air.rehearsal.report import RehearsalReport
+from air.rehearsal.trainer_report import TrainerRun
 
 HEADLINE = (
     ("steps_completed", "steps completed"),
@@ -44,6 +46,8 @@ def show(report: RehearsalReport, console: Console) -> None:
     for key, value in report.env_metrics.items():
         table.add_row(f"env {key}", _fmt(value))
     console.print(table)
+    if report.trainer_run is not None:
+        show_trainer(report.trainer_run, console)
     for warning in report.warnings():
         console.print(f"[yellow]warning:[/yellow] {warning}")
     for problem in report.problems():
@@ -51,6 +55,54 @@ def show(report: RehearsalReport, console: Console) -> None:
     if report.dropped:
         console.print(f"Not rehearsed (need a network or a trainer): {', '.join(report.dropped)}")
     console.print(f"Batches, trajectories and logs: {report.output_dir}")
+
+
+def show_trainer(run: TrainerRun, console: Console) -> None:
+    table = Table(title=f"prime-rl's trainer ({run.device})")
+    for column in STEP_COLUMNS:
+        table.add_column(column, justify="right")
+    for step in run.steps:
+        changed = f"{step.changed_tensors}/{step.trainable_tensors}"
+        memory = "-" if step.peak_memory_gib is None else f"{step.peak_memory_gib:.2f}"
+        table.add_row(
+            str(step.step),
+            f"{step.loss:.4g}",
+            f"{step.grad_norm:.3g}",
+            f"{step.max_param_change:.3g}",
+            changed,
+            _fmt(step.params_finite),
+            str(step.loss_tokens),
+            str(step.samples),
+            memory,
+            "-" if step.train_s is None else f"{step.train_s:.1f}",
+            "-" if step.step_time_s is None else f"{step.step_time_s:.1f}",
+        )
+    console.print(table)
+    loaded = ", ".join(Path(folder).name for folder in run.broadcasts_loaded) or "none"
+    console.print(f"Broadcasts the scripted server loaded when the orchestrator asked: {loaded}")
+    sample = run.fixed_sample
+    if sample is not None:
+        console.print(
+            f"Fixed sample (step {sample.step}, {sample.tokens} trained tokens), mean logprob: "
+            f"{sample.logprob_before:.6f} before, {sample.logprob_after:.6f} after {sample.broadcast}"
+        )
+    if run.sizing:
+        console.print(f"Sized for the CPU: {run.sizing}")
+
+
+STEP_COLUMNS = (
+    "step",
+    "loss",
+    "grad norm",
+    "max |Δ param|",
+    "tensors changed",
+    "finite",
+    "loss tokens",
+    "samples",
+    "peak GiB",
+    "train s",  # the batch loaded to the update done
+    "step s",  # prime-rl's time/step: waiting for the batch included
+)
 
 
 def json_line(report: RehearsalReport) -> str:

@@ -38,7 +38,19 @@ from air.rehearsal.launch import (
     tiny_model,
     wait_for_steps,
 )
+from air.rehearsal.live_trainer import (
+    PROBE,
+    cpu_batch,
+    derive_trainer_config,
+    finish_trainer_run,
+    start_trainer,
+    trainer_device,
+    trainer_overrides,
+    v1_samples,
+    wait_for_training,
+)
 from air.rehearsal.report import RehearsalReport, report_from
+from air.rehearsal.trainer_report import TrainerRun, broadcast_loads
 from air.rehearsal.v1_batches import V1Figures, read_micro_batches, read_traces, v1_figures
 from air.rehearsal.v1_plan import (
     V1Plan,
@@ -81,9 +93,16 @@ def rehearse_v1(settings, path: Path, raw: dict[str, Any], say: Callable[[str, i
         check_docker(plan.env_images)
     check_tasksets_load(plan)
     check_external_servers(plan)
+    run = TrainerRun(device=trainer_device(python, "v1", root)) if settings.trainer else None
     out = new_output_folder(settings.output)
     model_dir = tiny_model(settings.model_dir, say)
-    with PolicyServer(settings.policy, vllm_model=model_dir, max_model_len=plan.seq_len, seed=settings.seed) as server:
+    with PolicyServer(
+        settings.policy,
+        vllm_model=model_dir,
+        max_model_len=plan.seq_len,
+        seed=settings.seed,
+        load_broadcasts=settings.trainer,
+    ) as server:
         config = rehearsal_config(
             plan,
             steps=settings.steps,
@@ -93,6 +112,8 @@ def rehearse_v1(settings, path: Path, raw: dict[str, Any], say: Callable[[str, i
             base_port=free_port_block(len(plan.sources)),
             env_args={"trajectory_dir": str(out / "trajectories"), "run_id": f"rehearse-{os.getpid()}"},
         )
+        if run is not None and run.device == "cpu":
+            config["orchestrator"]["batch_size"], run.sizing = cpu_batch(plan.batch_size, plan.group_size)
         (out / "rehearsal.json").write_text(json.dumps(config, indent=2))
         configs = out / "configs"
         run_entry(
@@ -103,22 +124,46 @@ def rehearse_v1(settings, path: Path, raw: dict[str, Any], say: Callable[[str, i
             timeout=settings.timeout_s,
         )
         orchestrator_config = json.loads((configs / "orchestrator.json").read_text())
+        trainer_config = None
+        if run is not None:
+            run_dir = Path(orchestrator_config["output_dir"])
+            wanted = trainer_overrides(model_dir, run_dir, settings.steps, run.device, out)
+            trainer_json = configs / "trainer.json"
+            trainer_config = derive_trainer_config(python, "v1", trainer_json, out, wanted, settings.timeout_s)
         started = time.time()
-        servers = run_processes(python, plan, configs, orchestrator_config, out, settings, say)
+        servers = run_processes(python, plan, configs, orchestrator_config, out, settings, say, trainer_config)
         elapsed = time.time() - started
-        weight_updates = len(server.app.vllm.weight_updates)
+        updates = list(server.app.vllm.weight_updates)
+    if run is not None:
+        run.broadcasts_loaded, run.broadcast_failures = broadcast_loads(updates)
     report = build_v1_report(
-        plan, settings, out, model_dir, elapsed, weight_updates, orchestrator_config, servers, launched_at=started
+        plan,
+        settings,
+        out,
+        model_dir,
+        elapsed,
+        len(updates),
+        orchestrator_config,
+        servers,
+        launched_at=started,
+        run=run,
     )
     report.prime_rl_commit = commit_of(root)
     return report
 
 
 def run_processes(
-    python: Path, plan: V1Plan, configs: Path, orchestrator_config: dict, out: Path, settings, say
+    python: Path,
+    plan: V1Plan,
+    configs: Path,
+    orchestrator_config: dict,
+    out: Path,
+    settings,
+    say,
+    trainer_config: Path | None = None,
 ) -> list[dict[str, Any]]:
-    """Env servers, the stand-in trainer and the orchestrator, until the orchestrator finishes its
-    steps; every one is stopped (and every container reaped) whatever happens."""
+    """Env servers, the trainer (prime-rl's own with a ``trainer_config``, else the stand-in) and the
+    orchestrator, until both are done; every one is stopped (and every container reaped) whatever happens."""
     run_dir = Path(orchestrator_config["output_dir"])
     ranks = int(orchestrator_config.get("num_train_workers") or 1)
     trainer_log = out / "trainer.jsonl"
@@ -137,18 +182,25 @@ def run_processes(
             command = [str(python), "-m", ENV_SERVER, "@", str(server_config)]
             log = out / "logs" / "env-servers" / f"{source.name}.log"
             launched.append(Launched(f"env server {source.name!r}", command, out, log, plan.path, env))
-        trainer_command = [str(python), "-m", ENTRY, "trainer", str(run_dir), str(settings.steps), str(ranks)]
-        trainer_command.append(str(trainer_log))
-        launched.append(
-            Launched("stand-in trainer", trainer_command, out, out / "logs" / "trainer.log", plan.path, env)
-        )
+        if trainer_config is not None:
+            trainer = start_trainer(python, "v1", trainer_config, out, plan.path)
+        else:
+            trainer_command = [str(python), "-m", ENTRY, "trainer", str(run_dir), str(settings.steps), str(ranks)]
+            trainer_command.append(str(trainer_log))
+            log = out / "logs" / "trainer.log"
+            trainer = Launched("stand-in trainer", trainer_command, out, log, plan.path, env)
+        launched.append(trainer)
         orchestrator_command = [str(python), "-m", ORCHESTRATOR, "@", str(configs / "orchestrator.json")]
         orchestrator = Launched(
             "orchestrator", orchestrator_command, out, out / "logs" / "orchestrator.log", plan.path, env
         )
         helpers = list(launched)
         launched.append(orchestrator)
-        wait_for_steps(orchestrator, helpers, trainer_log, settings, say)
+        if trainer_config is not None:
+            env_servers = [process for process in helpers if process is not trainer]
+            wait_for_training(orchestrator, trainer, env_servers, out / PROBE, settings, say)
+        else:
+            wait_for_steps(orchestrator, helpers, trainer_log, settings, say)
     finally:
         for process in reversed(launched):
             process.stop()
@@ -179,6 +231,7 @@ def build_v1_report(
     servers: list[dict[str, Any]],
     *,
     launched_at: float,
+    run: TrainerRun | None = None,
 ) -> RehearsalReport:
     from transformers import AutoTokenizer
 
@@ -199,7 +252,10 @@ def build_v1_report(
     grpo = algo.get("type", "grpo") == "grpo" and not algo.get("length_penalty")
     decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=False)  # noqa: E731
     batch: V1Figures = v1_figures(samples, traces, special, check_advantages=grpo, decode=decode)
-    trainer = [json.loads(line) for line in read(out / "trainer.jsonl").splitlines() if line.strip()]
+    if run is None:
+        trainer = [json.loads(line) for line in read(out / "trainer.jsonl").splitlines() if line.strip()]
+    else:
+        trainer = finish_trainer_run(run, out / PROBE, run_dir, model_dir, v1_samples(samples))
     logged = [json.loads(line) for line in read(run_dir / "metrics.jsonl").splitlines() if line.strip()]
     stale, at_end = cancellations_logged(read(out / "logs" / "orchestrator.log"))
     return report_from(
@@ -224,6 +280,7 @@ def build_v1_report(
         branches_per_rollout=batch.branches_per_rollout,
         cancelled_stale=stale,
         cancelled_at_end=at_end,
+        trainer_run=run,
     )
 
 

@@ -1,0 +1,179 @@
+"""What prime-rl's real trainer did in ``air rehearse --trainer``, and whether it learned.
+
+Per step, from the trainer's own figures and the rehearsal's optimizer hooks (``trainer-steps.jsonl``):
+loss, grad norm, the largest change of a trainable tensor, how many tensors changed, whether every
+trainable parameter is finite, loss tokens, samples, peak GPU memory, step time. From the scripted server:
+which broadcasts it loaded. From the tiny model: a fixed sample's mean logprob under the start weights
+and under the last broadcast. :func:`trainer_problems` turns these into the reasons a run fails.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+STABLE = "STABLE"
+
+
+@dataclass
+class TrainerStep:
+    step: int
+    loss: float
+    grad_norm: float
+    max_param_change: float
+    trainable_tensors: int
+    changed_tensors: int
+    params_finite: bool
+    loss_tokens: int
+    samples: int
+    peak_memory_gib: float | None
+    step_time_s: float | None  # prime-rl's own time/step (waiting for the batch included)
+    device: str
+    train_s: float | None = None  # from the batch loaded to the update done: the step's compute
+    finished_at: float | None = None  # epoch seconds when the step's update was done
+
+
+@dataclass
+class FixedSample:
+    """One sample of the first batch: its trained tokens' mean logprob before and after training."""
+
+    step: int
+    tokens: int  # tokens under its loss mask
+    logprob_before: float  # under the start weights (what the server served for it)
+    logprob_after: float  # under the last broadcast the trainer published
+    broadcast: str  # that broadcast's folder
+
+    @property
+    def changed(self) -> bool:
+        return self.logprob_after != self.logprob_before
+
+
+@dataclass
+class TrainerRun:
+    device: str
+    sizing: str | None = None  # how the batch was cut for the CPU, when it was
+    steps: list[TrainerStep] = field(default_factory=list)
+    # the trainer's broadcasts the scripted server loaded when the orchestrator asked (it asks for those it
+    # needs: with max_async_level 1 not every step's); the last one is loaded for the fixed sample
+    broadcasts_loaded: list[str] = field(default_factory=list)
+    broadcast_failures: list[str] = field(default_factory=list)  # each load that failed, with its reason
+    fixed_sample: FixedSample | None = None
+    steps_with_gradient: list[int] = field(default_factory=list)  # steps whose batch had a non-zero advantage
+
+
+def read_steps(path: Path) -> list[TrainerStep]:
+    """The trainer's per-step lines; a line that is not one is skipped (a crash mid-write)."""
+    steps = []
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return []
+    names = set(TrainerStep.__dataclass_fields__)
+    for line in lines:
+        try:
+            entry = {key: value for key, value in json.loads(line).items() if key in names}
+            for key in ("loss", "grad_norm", "max_param_change"):  # "nan" as a string: JSON has no NaN
+                entry[key] = math.nan if entry.get(key) is None else float(entry[key])
+            steps.append(TrainerStep(**entry))
+        except (ValueError, TypeError, AttributeError):
+            continue
+    return steps
+
+
+def broadcast_loads(weight_updates: list[Any]) -> tuple[list[str], list[str]]:
+    """From the server's record: the folders it loaded, and each failure with the folder and reason."""
+    loaded = [
+        str(update.body.get("lora_path") or update.body.get("weight_dir")) for update in weight_updates if update.loaded
+    ]
+    failed = [update.error or "unknown" for update in weight_updates if update.loaded is False]
+    return loaded, failed
+
+
+def latest_broadcast(run_dir: Path) -> Path | None:
+    """The newest ``broadcasts/step_k`` the trainer finished (its STABLE marker written)."""
+    found = []
+    for folder in (run_dir / "broadcasts").glob("step_*"):
+        suffix = folder.name.removeprefix("step_")
+        if suffix.isdigit() and (folder / STABLE).exists():
+            found.append((int(suffix), folder))
+    return max(found)[1] if found else None
+
+
+def mean_logprob(model, token_ids: list[int], mask: list[bool]) -> float:
+    """Mean log p(token | what precedes it) over the masked positions, at temperature 1."""
+    import torch
+
+    with torch.inference_mode():
+        logits = model(input_ids=torch.tensor([token_ids])).logits[0].float()
+    logprobs = torch.log_softmax(logits[:-1], dim=-1).gather(1, torch.tensor(token_ids[1:])[:, None])[:, 0]
+    chosen = [value for value, trained in zip(logprobs.tolist(), mask[1:], strict=True) if trained]
+    return sum(chosen) / len(chosen) if chosen else math.nan
+
+
+def fixed_sample(model_dir: Path, broadcast: Path, step: int, token_ids: list[int], mask: list[bool]) -> FixedSample:
+    """The sample's mean logprob under the tiny model and under ``broadcast`` loaded as the server loads it
+    (raises BroadcastLoadError when it does not load)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from air.agents.broadcast_loading import ADAPTER_CONFIG, with_full_weights, with_lora_adapter
+
+    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    load = with_lora_adapter if (broadcast / ADAPTER_CONFIG).exists() else with_full_weights
+    after = load(base, broadcast)
+    return FixedSample(
+        step=step,
+        tokens=sum(1 for trained in mask[1:] if trained),
+        logprob_before=mean_logprob(base, token_ids, mask),
+        logprob_after=mean_logprob(after, token_ids, mask),
+        broadcast=str(broadcast),
+    )
+
+
+def trainer_problems(run: TrainerRun, steps_requested: int) -> list[str]:
+    """Why the trainer's run does not show learning, each with its step."""
+    found = []
+    if len(run.steps) < steps_requested:
+        found.append(f"the trainer finished {len(run.steps)} of {steps_requested} steps")
+    for step in run.steps:
+        at = f"step {step.step}"
+        finite = math.isfinite(step.loss)
+        if not finite:
+            found.append(f"{at}: the loss is {step.loss} (not finite)")
+        elif step.loss == 0 and step.step in run.steps_with_gradient:
+            found.append(f"{at}: the loss is 0.0 over a batch with non-zero advantages: no reward reached the loss")
+        if not math.isfinite(step.grad_norm):
+            found.append(f"{at}: the grad norm is {step.grad_norm}")
+        if not step.params_finite:
+            found.append(f"{at}: a trainable parameter is NaN or inf after the update")
+        if step.changed_tensors == 0 or not step.max_param_change > 0:
+            found.append(f"{at}: no trainable parameter changed (frozen, zero learning rate, or no gradient)")
+        elif step.changed_tensors < step.trainable_tensors:
+            unchanged = step.trainable_tensors - step.changed_tensors
+            found.append(f"{at}: {unchanged} of {step.trainable_tensors} trainable tensors did not change")
+    found += [f"the scripted server could not load a broadcast: {reason}" for reason in run.broadcast_failures]
+    if steps_requested > 1 and not run.broadcasts_loaded and not run.broadcast_failures:
+        found.append("the scripted server loaded no broadcast: the orchestrator never asked for the trainer's weights")
+    sample = run.fixed_sample
+    if sample is None:
+        found.append("no broadcast to measure the fixed sample under: the trainer published no weights")
+    elif not (math.isfinite(sample.logprob_after) and sample.changed):
+        found.append(
+            f"the fixed sample's mean logprob did not move ({sample.logprob_before:.6f} -> {sample.logprob_after:.6f})"
+        )
+    return found
+
+
+__all__ = [
+    "FixedSample",
+    "TrainerRun",
+    "TrainerStep",
+    "broadcast_loads",
+    "fixed_sample",
+    "latest_broadcast",
+    "read_steps",
+    "trainer_problems",
+]
