@@ -167,14 +167,25 @@ def finish_trainer_run(
 
 
 def wait_for_training(
-    orchestrator: Launched, trainer: Launched, others: list[Launched], probe: Path, settings: Any, say
+    orchestrator: Launched,
+    trainer: Launched,
+    others: list[Launched],
+    probe: Path,
+    settings: Any,
+    say,
+    weight_updates: list[Any] | None = None,
 ) -> None:
     """Until both the orchestrator and the trainer have exited (the trainer trains on the last batch after
     the orchestrator is done), with the trainer's finished steps as progress. Whichever fails first, a
-    helper that dies, or the deadline raises with the culprit's log."""
+    helper that dies, a broadcast the scripted server could not load (``weight_updates``: the server's
+    record; the orchestrator would retry it or die without the reason), or the deadline raises with the
+    culprit's log."""
     deadline = time.monotonic() + settings.timeout_s
     while True:
         say("steps", count_lines(probe), settings.steps)
+        failed = next((u for u in weight_updates or [] if u.loaded is False), None)
+        if failed is not None:
+            raise RehearsalError(f"the scripted server could not load the trainer's broadcast: {failed.error}")
         for process in (orchestrator, trainer, *others):
             status = process.exited()
             if status not in (None, 0):

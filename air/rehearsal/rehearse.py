@@ -187,7 +187,7 @@ def rehearse_classic(settings: RehearsalSettings, path: Path, raw: dict[str, Any
             wanted = trainer_overrides(model_dir, out, settings.steps, run.device, out)  # it adds run_default/
             trainer_config = derive_trainer_config(python, "classic", plan.path, out, wanted, settings.timeout_s)
         started = time.time()
-        run_orchestrator(python, orch_toml, out, settings, say, trainer_config)
+        run_orchestrator(python, orch_toml, out, settings, say, trainer_config, server.app.vllm.weight_updates)
         elapsed = time.time() - started
         updates = list(server.app.vllm.weight_updates)
     if run is not None:
@@ -206,7 +206,13 @@ def derive_config(python: Path, config: Path, overrides: dict[str, Any], out: Pa
 
 
 def run_orchestrator(
-    python: Path, orch_toml: Path, out: Path, settings: RehearsalSettings, say, trainer_config: Path | None = None
+    python: Path,
+    orch_toml: Path,
+    out: Path,
+    settings: RehearsalSettings,
+    say,
+    trainer_config: Path | None = None,
+    weight_updates: list | None = None,
 ) -> None:
     """The orchestrator and its env workers share a session; workers outlive a crashed orchestrator,
     so the whole session is stopped, and dead processes' containers reaped, whatever happens. With a
@@ -223,7 +229,7 @@ def run_orchestrator(
             wait_for_steps(launched[0], [], out / "trainer.jsonl", settings, say)
         else:
             launched.append(start_trainer(python, "classic", trainer_config, out, settings.config))
-            wait_for_training(launched[0], launched[1], [], out / PROBE, settings, say)
+            wait_for_training(launched[0], launched[1], [], out / PROBE, settings, say, weight_updates)
     finally:
         for process in reversed(launched):
             process.stop(grace=10.0)

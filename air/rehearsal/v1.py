@@ -131,9 +131,10 @@ def rehearse_v1(settings, path: Path, raw: dict[str, Any], say: Callable[[str, i
             trainer_json = configs / "trainer.json"
             trainer_config = derive_trainer_config(python, "v1", trainer_json, out, wanted, settings.timeout_s)
         started = time.time()
-        servers = run_processes(python, plan, configs, orchestrator_config, out, settings, say, trainer_config)
+        updates = server.app.vllm.weight_updates
+        servers = run_processes(python, plan, configs, orchestrator_config, out, settings, say, trainer_config, updates)
         elapsed = time.time() - started
-        updates = list(server.app.vllm.weight_updates)
+        updates = list(updates)
     if run is not None:
         run.broadcasts_loaded, run.broadcast_failures = broadcast_loads(updates)
     report = build_v1_report(
@@ -161,6 +162,7 @@ def run_processes(
     settings,
     say,
     trainer_config: Path | None = None,
+    weight_updates: list | None = None,
 ) -> list[dict[str, Any]]:
     """Env servers, the trainer (prime-rl's own with a ``trainer_config``, else the stand-in) and the
     orchestrator, until both are done; every one is stopped (and every container reaped) whatever happens."""
@@ -198,7 +200,7 @@ def run_processes(
         launched.append(orchestrator)
         if trainer_config is not None:
             env_servers = [process for process in helpers if process is not trainer]
-            wait_for_training(orchestrator, trainer, env_servers, out / PROBE, settings, say)
+            wait_for_training(orchestrator, trainer, env_servers, out / PROBE, settings, say, weight_updates)
         else:
             wait_for_steps(orchestrator, helpers, trainer_log, settings, say)
     finally:
