@@ -204,6 +204,7 @@ else
     echo "    prime_rl.orchestrator and air_mlgym import; verifiers $verifiers_version, torch $torch_version"
 fi
 
+[[ ${CPU_TRAINER:-0} == 1 ]] && return 0  # install_prime_rl.sh prints what to run once the trainer is in
 cat <<EOF
 
 Done. prime-rl (at ${head:0:12}, $GENERATION) runs from $VENV, on the CPU.

@@ -109,6 +109,13 @@ if [[ $ORCHESTRATOR_ONLY == 1 ]]; then
     if [[ $CPU_TRAINER == 1 ]]; then
         # shellcheck source=scripts/install_cpu_trainer.sh
         source "$AIR_DIR/scripts/install_cpu_trainer.sh"
+        cat <<EOF
+
+Done. prime-rl (at ${head:0:12}, $GENERATION) runs from $VENV, orchestrator and trainer, on the CPU.
+Rehearse a training run, prime-rl's own trainer included, before booking GPUs:
+
+  $VENV/bin/air rehearse --config $AIR_DIR/$CONFIGS/rl_2gpu.toml --steps 3 --trainer --prime-rl $DIR
+EOF
     fi
     exit 0
 fi
