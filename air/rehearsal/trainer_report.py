@@ -149,6 +149,8 @@ def trainer_problems(run: TrainerRun, steps_requested: int) -> list[str]:
             found.append(f"{at}: the grad norm is {step.grad_norm}")
         if not step.params_finite:
             found.append(f"{at}: a trainable parameter is NaN or inf after the update")
+        if step.step not in run.steps_with_gradient:
+            continue  # every advantage 0 (equal rewards in each group): no gradient, nothing need change
         if step.changed_tensors == 0 or not step.max_param_change > 0:
             found.append(f"{at}: no trainable parameter changed (frozen, zero learning rate, or no gradient)")
         elif step.changed_tensors < step.trainable_tensors:

@@ -97,11 +97,19 @@ def test_a_run_that_learned_passes_with_every_figure_in_the_json(tmp_path, tiny_
 
 def test_zero_advantages_fail_through_the_batch_and_excuse_a_zero_loss(tmp_path, tiny_model_dir, base):
     equal = group([0.5, 0.5, 0.5, 0.5], [1, 1, 1, 1], prompt=(IM_START, 5, 6))
-    lines = [step_line(s, loss=0.0) for s in range(STEPS)]
+    # no gradient: the loss is 0 and only weight decay moves LoRA's A (B stays 0)
+    lines = [step_line(s, loss=0.0, changed_tensors=14) for s in range(STEPS)]
     report = rehearsal(tmp_path, tiny_model_dir, base, batch=equal, lines=lines)
     assert report.trainer_run.steps_with_gradient == []
-    assert any("every advantage is 0" in problem for problem in report.problems())
-    assert not any("loss is 0.0" in problem for problem in report.problems())
+    assert [p for p in report.problems() if "every advantage is 0" in p]
+    assert not [p for p in report.problems() if "loss is 0.0" in p or "did not change" in p]
+
+
+def test_a_step_without_gradient_beside_steps_with_one_passes(tmp_path, tiny_model_dir, base):
+    report = rehearsal(tmp_path, tiny_model_dir, base, lines=[step_line(0), step_line(1)])
+    report.trainer_run.steps_with_gradient = [0]  # step 1's groups all had equal rewards
+    report.trainer_run.steps[1].loss, report.trainer_run.steps[1].changed_tensors = 0.0, 14
+    assert report.problems() == []
 
 
 def test_a_zero_loss_over_a_batch_with_advantages_fails(tmp_path, tiny_model_dir, base):
