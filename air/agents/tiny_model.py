@@ -166,8 +166,27 @@ def write_tiny_model(directory: str | Path, spec: TinyModelSpec | None = None, f
     model = build_model(spec, tokenizer)
     tokenizer.save_pretrained(target)
     model.save_pretrained(target, safe_serialization=True)
+    readable_by_older_transformers(target)
     (target / MANIFEST).write_text(json.dumps(wanted, indent=2, sort_keys=True) + "\n")
     return target
+
+
+def readable_by_older_transformers(target: Path) -> None:
+    """The folder as transformers 4.x reads it too, whichever version wrote it: prime-rl c87c19b's
+    trainer (transformers 4.57) loads a model a rehearsal wrote from today's prime-rl venv (transformers
+    5.x), which names the tokenizer class ``TokenizersBackend`` (unknown to 4.x) and keeps ``rope_theta``
+    only inside ``rope_parameters`` (4.x then falls back to its default). Both spellings are kept."""
+    tokenizer_config = target / "tokenizer_config.json"
+    settings = json.loads(tokenizer_config.read_text())
+    if settings.get("tokenizer_class") != "PreTrainedTokenizerFast":
+        settings["tokenizer_class"] = "PreTrainedTokenizerFast"
+        tokenizer_config.write_text(json.dumps(settings, indent=2, ensure_ascii=False) + "\n")
+    model_config = target / "config.json"
+    config = json.loads(model_config.read_text())
+    theta = (config.get("rope_parameters") or {}).get("rope_theta")
+    if theta is not None and "rope_theta" not in config:
+        config["rope_theta"] = theta
+        model_config.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 def manifest_for(spec: TinyModelSpec) -> dict:
