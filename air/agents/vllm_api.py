@@ -16,7 +16,7 @@ returns, and call vLLM's admin routes. This module holds those, next to the plai
 - the weight routes (``/update_weights``, ``/reload_weights``, ``/load_lora_adapter``, vLLM's own
   ``/v1/load_lora_adapter`` and ``/v1/unload_lora_adapter``, today's ``/pause`` and ``/resume``):
   recorded in :attr:`VllmSide.weight_updates`. Scripted text does not depend on weights, so they are
-  only acknowledged, unless the side was made with ``load_broadcasts`` (``air rehearse --trainer``):
+  only acknowledged, unless the side was made with ``load_broadcasts`` (``air rehearse`` with ``--trainer``):
   then an adapter or full weights a real trainer published are loaded
   (:mod:`air.agents.broadcast_loading`) and the logprobs of requests naming them come from the updated
   model; a broadcast that does not load answers 500 and is recorded with its reason. ``GET /metrics``

@@ -1,4 +1,4 @@
-"""``air rehearse --trainer``: prime-rl's own trainer in place of the stand-in, live.
+"""``air rehearse`` with ``--trainer``: prime-rl's own trainer in place of the stand-in, live.
 
 The trainer config is what prime-rl's own ``RLConfig`` derives from the same TOML (LoRA and optimizer as
 configured), changed only where the rehearsal must: the tiny model, the rehearsal's folder, ``--steps``,

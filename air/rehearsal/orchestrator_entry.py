@@ -7,7 +7,7 @@
         prime-rl's orchestrator ``main()``, with two additions: every dict it logs to its monitor is
         also appended to METRICS_JSONL (without W&B, prime-rl keeps metrics in memory only), and a
         stand-in trainer thread (see :func:`stand_in_trainer`), unless ``none``: prime-rl's own trainer
-        runs beside it (``air rehearse --trainer``).
+        runs beside it (``air rehearse`` with ``--trainer``).
 
 Only the standard library and prime-rl are imported here: this file is the one part of ``air`` that
 runs in someone else's environment.

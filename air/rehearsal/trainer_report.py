@@ -1,4 +1,4 @@
-"""What prime-rl's real trainer did in ``air rehearse --trainer``, and whether it learned.
+"""What prime-rl's real trainer did in ``air rehearse`` with ``--trainer``, and whether it learned.
 
 Per step, from the trainer's own figures and the rehearsal's optimizer hooks (``trainer-steps.jsonl``):
 loss, grad norm, the largest change of a trainable tensor, how many tensors changed, whether every
