@@ -8,6 +8,43 @@
 #   v1 (today's): scripts/install_cpu_trainer_v1.sh.
 # Idempotent: a venv where the trainer already imports is only checked.
 
+# prime-rl's uv.lock, read for the trainer: WORK/constraints.txt (registry packages at the lock's versions;
+# torch, a CUDA build there, and CUDA/triton wheels stay the venv's own) and WORK/torchtitan.txt (its git
+# source, where the lock has one).
+read_trainer_lock() { # DIR WORK
+    python3 - "$1" "$2" <<'PY' || die "cannot read $1/uv.lock"
+import sys, tomllib
+from pathlib import Path
+root, work = Path(sys.argv[1]), Path(sys.argv[2])
+pins, titan = [], ""
+for package in tomllib.load(open(root / "uv.lock", "rb")).get("package", []):
+    name, source = package["name"], package.get("source", {})
+    if name == "torchtitan" and "git" in source:
+        url, _, commit = source["git"].partition("#")
+        titan = f"torchtitan @ git+{url.split('?')[0]}@{commit}"
+    elif "registry" in source and not name.startswith(("nvidia-", "triton", "cuda-")) and name != "torch":
+        pins.append(f"{name}=={package['version'].split('+')[0]}")
+(work / "constraints.txt").write_text("\n".join(sorted(set(pins))) + "\n")
+(work / "torchtitan.txt").write_text(titan + "\n")
+PY
+}
+
+# PACKAGE... into $PY at the lock's versions (WORK/constraints.txt); those matching NO_DEPS (a regex) without
+# their dependencies (ring-flash-attn asks for flash-attn: CUDA, a stand-in here).
+install_trainer_packages() { # WORK NO_DEPS PACKAGE...
+    local work=$1 no_deps=$2 package with=() without=()
+    shift 2
+    for package in "$@"; do
+        if [[ $package =~ $no_deps ]]; then without+=("$package"); else with+=("$package"); fi
+    done
+    uv pip install --quiet --python "$PY" --constraint "$work/constraints.txt" "${with[@]}" ||
+        die "installing the trainer's packages failed (${with[*]}; PRIME_RL_TORCHTITAN may name a local torchtitan source tree)"
+    if [[ ${#without[@]} -gt 0 ]]; then
+        uv pip install --quiet --python "$PY" --constraint "$work/constraints.txt" --no-deps "${without[@]}" ||
+            die "installing ${without[*]} failed"
+    fi
+}
+
 if [[ $GENERATION == v1 ]]; then
     # shellcheck source=scripts/install_cpu_trainer_v1.sh
     source "$AIR_DIR/scripts/install_cpu_trainer_v1.sh"
@@ -27,32 +64,11 @@ if "$PY" -c "$TRAINER_CHECK" >/dev/null 2>&1; then
 else
     trainer_work=$(mktemp -d)
     say "reading prime-rl's uv.lock for the trainer's versions"
-    python3 - "$DIR" "$trainer_work" <<'PY' || die "cannot read $DIR/uv.lock"
-import sys, tomllib
-from pathlib import Path
-root, work = Path(sys.argv[1]), Path(sys.argv[2])
-pins, titan = [], ""
-for package in tomllib.load(open(root / "uv.lock", "rb")).get("package", []):
-    name, source = package["name"], package.get("source", {})
-    if name == "torchtitan" and "git" in source:
-        url, _, commit = source["git"].partition("#")
-        titan = f"torchtitan @ git+{url.split('?')[0]}@{commit}"
-    elif "registry" in source and not name.startswith(("nvidia-", "triton", "cuda-")) and name != "torch":
-        pins.append(f"{name}=={package['version'].split('+')[0]}")
-(work / "constraints.txt").write_text("\n".join(sorted(set(pins))) + "\n")
-(work / "torchtitan.txt").write_text(titan + "\n")
-PY
+    read_trainer_lock "$DIR" "$trainer_work"
     TITAN=${PRIME_RL_TORCHTITAN:-$(cat "$trainer_work/torchtitan.txt")}
     [[ -n "$TITAN" ]] || die "no torchtitan source in $DIR/uv.lock (set PRIME_RL_TORCHTITAN)"
-    with_deps=("$TITAN") no_deps=()
-    for package in "${TRAINER_PACKAGES[@]}"; do
-        if [[ $package =~ $TRAINER_NO_DEPS ]]; then no_deps+=("$package"); else with_deps+=("$package"); fi
-    done
     say "installing the trainer's packages: ${TRAINER_PACKAGES[*]}, torchtitan ($TITAN)"
-    uv pip install --quiet --python "$PY" --constraint "$trainer_work/constraints.txt" "${with_deps[@]}" ||
-        die "installing the trainer's packages failed (is $TITAN reachable? PRIME_RL_TORCHTITAN may name a local torchtitan source tree)"
-    uv pip install --quiet --python "$PY" --constraint "$trainer_work/constraints.txt" --no-deps "${no_deps[@]}" ||
-        die "installing ${no_deps[*]} failed"
+    install_trainer_packages "$trainer_work" "$TRAINER_NO_DEPS" "$TITAN" "${TRAINER_PACKAGES[@]}"
     rm -rf "$trainer_work"
 
     say "putting the import-only stand-ins (flash_attn, vLLM's NCCL classes, dion) on $VENV's path"

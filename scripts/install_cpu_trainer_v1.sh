@@ -41,27 +41,9 @@ if "$PY" -c "$V1_TRAINER_CHECK" >/dev/null 2>&1; then
 else
     v1_work=$(mktemp -d)
     say "reading prime-rl's uv.lock for the trainer's versions"
-    python3 - "$DIR" "$v1_work" <<'PY' || die "cannot read $DIR/uv.lock"
-import sys, tomllib
-from pathlib import Path
-root, work = Path(sys.argv[1]), Path(sys.argv[2])
-pins = []
-for package in tomllib.load(open(root / "uv.lock", "rb")).get("package", []):
-    name, source = package["name"], package.get("source", {})
-    # Registry packages only; torch (a CUDA build in the lock) and CUDA/triton wheels stay the venv's own.
-    if "registry" in source and name != "torch" and not name.startswith(("nvidia-", "triton", "cuda-")):
-        pins.append(f"{name}=={package['version'].split('+')[0]}")
-(work / "constraints.txt").write_text("\n".join(sorted(set(pins))) + "\n")
-PY
-    v1_with_deps=() v1_no_deps=()
-    for package in "${V1_TRAINER_PACKAGES[@]}"; do
-        if [[ $package =~ $V1_TRAINER_NO_DEPS ]]; then v1_no_deps+=("$package"); else v1_with_deps+=("$package"); fi
-    done
+    read_trainer_lock "$DIR" "$v1_work" # (install_cpu_trainer.sh; torchtitan came with the orchestrator's venv)
     say "installing main's trainer packages at its uv.lock versions: ${V1_TRAINER_PACKAGES[*]}"
-    uv pip install --quiet --python "$PY" --constraint "$v1_work/constraints.txt" "${v1_with_deps[@]}" ||
-        die "installing the trainer's packages failed"
-    uv pip install --quiet --python "$PY" --constraint "$v1_work/constraints.txt" --no-deps "${v1_no_deps[@]}" ||
-        die "installing ${v1_no_deps[*]} failed"
+    install_trainer_packages "$v1_work" "$V1_TRAINER_NO_DEPS" "${V1_TRAINER_PACKAGES[@]}"
     rm -rf "$v1_work"
 fi
 

@@ -9,8 +9,8 @@
         stand-in trainer thread (see :func:`stand_in_trainer`), unless ``none``: prime-rl's own trainer
         runs beside it (``air rehearse`` with ``--trainer``).
 
-Only the standard library and prime-rl are imported here: this file is the one part of ``air`` that
-runs in someone else's environment.
+Only the standard library and prime-rl are imported here: like the trainer entries, this file runs in
+someone else's environment (prime-rl's venv).
 """
 
 from __future__ import annotations
@@ -25,16 +25,21 @@ from pathlib import Path
 POLL_S = 0.2
 
 
-def derive(rl_toml: str, overrides_json: str, out_toml: str) -> None:
-    import tomli_w
+def rl_config(rl_toml: str):
+    """The combined config as ``rl`` loads it (prime-rl's ``RLConfig`` from the TOML file)."""
     from prime_rl.rl import RLConfig
 
     RLConfig.set_toml_files([rl_toml])
     try:
-        config = RLConfig()
+        return RLConfig()
     finally:
         RLConfig.clear_toml_files()
-    orchestrator = config.orchestrator.model_dump(exclude_none=True, mode="json")
+
+
+def derive(rl_toml: str, overrides_json: str, out_toml: str) -> None:
+    import tomli_w
+
+    orchestrator = rl_config(rl_toml).orchestrator.model_dump(exclude_none=True, mode="json")
     overrides = json.loads(Path(overrides_json).read_text())
     for key in overrides.pop("_drop", []):
         orchestrator.pop(key, None)

@@ -32,14 +32,10 @@ CPU_MODEL_DROP = ("compile", "ac", "ac_offloading")
 
 def derive(rl_toml: str, overrides_json: str, out_toml: str) -> None:
     import tomli_w
-    from prime_rl.rl import RLConfig
 
-    RLConfig.set_toml_files([rl_toml])
-    try:
-        config = RLConfig()
-    finally:
-        RLConfig.clear_toml_files()
-    trainer = config.trainer.model_dump(exclude_none=True, mode="json")
+    from air.rehearsal.orchestrator_entry import rl_config
+
+    trainer = rl_config(rl_toml).trainer.model_dump(exclude_none=True, mode="json")
     overrides = json.loads(Path(overrides_json).read_text())
     model = trainer.setdefault("model", {})
     model.update(name=overrides["model_dir"], attn="sdpa")  # sdpa: no flash-attn kernels here or needed
