@@ -47,7 +47,6 @@ class TokenScorer:
                 f"{self.model_dir} is not a model directory (no config.json); write one with "
                 f"`air tiny-model {model_dir}`"
             )
-        self._torch = torch
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         if not self.tokenizer.chat_template:
             raise TinyModelError(f"the tokenizer in {self.model_dir} has no chat template")
@@ -142,13 +141,21 @@ class TokenScorer:
             return []
         if not prompt_ids:
             raise ValueError("a prompt of no tokens has nothing to predict its first token from")
-        torch = self._torch
         scale = temperature if temperature and temperature > 0 else 1.0
-        sequence = torch.tensor([list(prompt_ids) + list(completion_ids)])
-        with self._lock, torch.inference_mode():
-            logits = self.model_for(model)(input_ids=sequence).logits[0].float()
-        # The logits at position i predict token i + 1: the completion's come from one position earlier.
-        start = len(prompt_ids) - 1
-        predicting = logits[start : start + len(completion_ids)] / scale
-        chosen = torch.tensor(completion_ids).unsqueeze(1)
+        sequence = [*prompt_ids, *completion_ids]
+        with self._lock:
+            return next_token_logprobs(self.model_for(model), sequence, range(len(prompt_ids), len(sequence)), scale)
+
+
+def next_token_logprobs(model, token_ids: list[int], positions, temperature: float = 1.0) -> list[float]:
+    """log p(token_ids[i] | token_ids[:i]) under ``model`` for each i in ``positions`` (each at least 1),
+    from the logits divided by ``temperature``: one forward pass over the whole sequence (teacher forcing)."""
+    import torch
+
+    positions = list(positions)
+    with torch.inference_mode():
+        logits = model(input_ids=torch.tensor([token_ids])).logits[0].float()
+        # The logits at position i - 1 predict token i.
+        predicting = logits[torch.tensor(positions, dtype=torch.long) - 1] / temperature
+        chosen = torch.tensor([token_ids[i] for i in positions]).unsqueeze(1)
         return torch.log_softmax(predicting, dim=-1).gather(1, chosen).squeeze(1).tolist()

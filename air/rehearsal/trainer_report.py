@@ -104,12 +104,10 @@ def latest_broadcast(run_dir: Path) -> Path | None:
 
 def mean_logprob(model, token_ids: list[int], mask: list[bool]) -> float:
     """Mean log p(token | what precedes it) over the masked positions, at temperature 1."""
-    import torch
+    from air.agents.token_scorer import next_token_logprobs
 
-    with torch.inference_mode():
-        logits = model(input_ids=torch.tensor([token_ids])).logits[0].float()
-    logprobs = torch.log_softmax(logits[:-1], dim=-1).gather(1, torch.tensor(token_ids[1:])[:, None])[:, 0]
-    chosen = [value for value, trained in zip(logprobs.tolist(), mask[1:], strict=True) if trained]
+    positions = [i for i in range(1, len(token_ids)) if mask[i]]
+    chosen = next_token_logprobs(model, token_ids, positions) if positions else []
     return sum(chosen) / len(chosen) if chosen else math.nan
 
 
