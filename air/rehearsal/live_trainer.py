@@ -7,8 +7,9 @@ no W&B, and on a machine without CUDA what makes a CPU step fast (:mod:`.trainer
 process, and measures each step into ``trainer-steps.jsonl``. The orchestrator waits for its broadcasts as
 in a real run, and the scripted server loads each one (``PolicyServer(load_broadcasts=True)``).
 
-On the CPU the orchestrator's batch is cut to at most ``CPU_GROUPS`` groups (a step of ``rl_2gpu``'s
-16 rollouts took 12 minutes on 2 cores); the report says so (``TrainerRun.sizing``).
+On the CPU the orchestrator's batch is cut to at most ``CPU_GROUPS`` groups (beside the orchestrator and
+the containers on 2 cores, a step of ``rl_2gpu``'s 16 rollouts takes about a minute of compute, two groups
+10-30 s); the report says so (``TrainerRun.sizing``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 
 from air.rehearsal.errors import RehearsalError
 from air.rehearsal.launch import Launched, count_lines, entry_env, run_entry
-from air.rehearsal.trainer_report import TrainerRun, fixed_sample, latest_broadcast, read_steps
+from air.rehearsal.trainer_report import TrainerRun, broadcast_loads, fixed_sample, latest_broadcast, read_steps
 
 ENTRIES = {"classic": "air.rehearsal.trainer_entry", "v1": "air.rehearsal.v1_trainer_entry"}
 PROBE = "trainer-steps.jsonl"
@@ -75,11 +76,22 @@ def trainer_overrides(model_dir: Path, output_dir: Path, steps: int, device: str
 
 
 def derive_trainer_config(
-    python: Path, generation: str, source: Path, out: Path, overrides: dict, timeout: float
+    python: Path,
+    generation: str,
+    source: Path,
+    out: Path,
+    run: TrainerRun,
+    *,
+    model_dir: Path,
+    output_dir: Path,
+    steps: int,
+    timeout: float,
 ) -> Path:
     """The trainer's config as prime-rl derives it (classic: from the rl TOML; v1: the ``trainer.json``
-    its ``write_subconfigs`` wrote), with the rehearsal's ``overrides`` applied in prime-rl's venv."""
+    its ``write_subconfigs`` wrote), with the rehearsal's overrides (:func:`trainer_overrides`) applied in
+    prime-rl's venv."""
     overrides_file = out / "trainer-overrides.json"
+    overrides = trainer_overrides(model_dir, output_dir, steps, run.device, out)
     overrides_file.write_text(json.dumps(overrides, indent=2))
     if generation == "classic":
         config, command = out / "trainer.toml", "derive"
@@ -146,13 +158,20 @@ def v1_samples(samples: list[Any]) -> list[TrainedSample]:
 
 
 def finish_trainer_run(
-    run: TrainerRun, probe: Path, run_dir: Path, model_dir: Path, samples: list[TrainedSample]
+    run: TrainerRun,
+    probe: Path,
+    run_dir: Path,
+    model_dir: Path,
+    samples: list[TrainedSample],
+    weight_updates: list[Any],
 ) -> list[dict[str, Any]]:
-    """Fill ``run`` from the trainer's step lines, the batches and its last broadcast (the fixed sample:
-    the first trained sample of the first batch); returns the trainer's lines in the shape the report's
-    step timing reads (``received_at``: when the step's batch was done)."""
+    """Fill ``run`` from the trainer's step lines, the scripted server's record of the weight routes, the
+    batches and the last broadcast (the fixed sample: the first trained sample of the first batch); returns
+    the trainer's lines in the shape the report's step timing reads (``received_at``: when the step's batch
+    was done)."""
     from air.agents.broadcast_loading import BroadcastLoadError
 
+    run.broadcasts_loaded, run.broadcast_failures = broadcast_loads(weight_updates)
     run.steps = read_steps(probe)
     run.steps_with_gradient = sorted({sample.step for sample in samples if sample.advantage_nonzero})
     trained = sorted((s for s in samples if any(s.mask[1:])), key=lambda s: s.step)

@@ -48,11 +48,10 @@ from air.rehearsal.live_trainer import (
     finish_trainer_run,
     start_trainer,
     trainer_device,
-    trainer_overrides,
     wait_for_training,
 )
 from air.rehearsal.report import RehearsalReport, report_from
-from air.rehearsal.trainer_report import TrainerRun, broadcast_loads
+from air.rehearsal.trainer_report import TrainerRun
 from air.training.config_v1 import detect_generation
 
 DROPPED = ("wandb", "prime_monitor", "ckpt", "eval", "heartbeat")
@@ -183,16 +182,23 @@ def rehearse_classic(settings: RehearsalSettings, path: Path, raw: dict[str, Any
             overrides["batch_size"] = batch_size
         orch_toml = derive_config(python, plan.path, overrides, out, settings.timeout_s)
         trainer_config = None
-        if run is not None:
-            wanted = trainer_overrides(model_dir, out, settings.steps, run.device, out)  # it adds run_default/
-            trainer_config = derive_trainer_config(python, "classic", plan.path, out, wanted, settings.timeout_s)
+        if run is not None:  # the trainer is given the parent of run_default/, as rl gives it
+            trainer_config = derive_trainer_config(
+                python,
+                "classic",
+                plan.path,
+                out,
+                run,
+                model_dir=model_dir,
+                output_dir=out,
+                steps=settings.steps,
+                timeout=settings.timeout_s,
+            )
         started = time.time()
         run_orchestrator(python, orch_toml, out, settings, say, trainer_config, server.app.vllm.weight_updates)
         elapsed = time.time() - started
         updates = list(server.app.vllm.weight_updates)
-    if run is not None:
-        run.broadcasts_loaded, run.broadcast_failures = broadcast_loads(updates)
-    report = build_report(plan, settings, out, model_dir, elapsed, len(updates), launched_at=started, run=run)
+    report = build_report(plan, settings, out, model_dir, elapsed, updates, launched_at=started, run=run)
     report.prime_rl_commit = commit_of(root)
     return report
 
@@ -242,7 +248,7 @@ def build_report(
     out: Path,
     model_dir: Path,
     elapsed: float,
-    weight_updates: int,
+    weight_updates: list,
     *,
     launched_at: float,
     run: TrainerRun | None = None,
@@ -263,7 +269,7 @@ def build_report(
     if run is None:
         trainer = [json.loads(line) for line in read(out / "trainer.jsonl").splitlines() if line.strip()]
     else:
-        trainer = finish_trainer_run(run, out / PROBE, run_dir, model_dir, classic_samples(batches))
+        trainer = finish_trainer_run(run, out / PROBE, run_dir, model_dir, classic_samples(batches), weight_updates)
     logged = [json.loads(line) for line in read(out / "metrics.jsonl").splitlines() if line.strip()]
     step_logs = [entry for entry in logged if "reward/mean" in entry or "progress/samples" in entry]
     return report_from(
@@ -276,7 +282,7 @@ def build_report(
         output_dir=str(out),
         steps_requested=settings.steps,
         trajectory_strategy=plan.strategy,
-        weight_updates=weight_updates,
+        weight_updates=len(weight_updates),
         env_metrics=mean_of(step_logs, lambda key: key.startswith("metrics/")),
         orchestrator_metrics=mean_of(step_logs, lambda key: key in ORCHESTRATOR_KEYS),
         dropped=plan.dropped,

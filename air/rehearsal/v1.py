@@ -45,12 +45,11 @@ from air.rehearsal.live_trainer import (
     finish_trainer_run,
     start_trainer,
     trainer_device,
-    trainer_overrides,
     v1_samples,
     wait_for_training,
 )
 from air.rehearsal.report import RehearsalReport, report_from
-from air.rehearsal.trainer_report import TrainerRun, broadcast_loads
+from air.rehearsal.trainer_report import TrainerRun
 from air.rehearsal.v1_batches import V1Figures, read_micro_batches, read_traces, v1_figures
 from air.rehearsal.v1_plan import (
     V1Plan,
@@ -126,24 +125,29 @@ def rehearse_v1(settings, path: Path, raw: dict[str, Any], say: Callable[[str, i
         orchestrator_config = json.loads((configs / "orchestrator.json").read_text())
         trainer_config = None
         if run is not None:
-            run_dir = Path(orchestrator_config["output_dir"])
-            wanted = trainer_overrides(model_dir, run_dir, settings.steps, run.device, out)
-            trainer_json = configs / "trainer.json"
-            trainer_config = derive_trainer_config(python, "v1", trainer_json, out, wanted, settings.timeout_s)
+            trainer_config = derive_trainer_config(
+                python,
+                "v1",
+                configs / "trainer.json",
+                out,
+                run,
+                model_dir=model_dir,
+                output_dir=Path(orchestrator_config["output_dir"]),
+                steps=settings.steps,
+                timeout=settings.timeout_s,
+            )
         started = time.time()
         updates = server.app.vllm.weight_updates
         servers = run_processes(python, plan, configs, orchestrator_config, out, settings, say, trainer_config, updates)
         elapsed = time.time() - started
         updates = list(updates)
-    if run is not None:
-        run.broadcasts_loaded, run.broadcast_failures = broadcast_loads(updates)
     report = build_v1_report(
         plan,
         settings,
         out,
         model_dir,
         elapsed,
-        len(updates),
+        updates,
         orchestrator_config,
         servers,
         launched_at=started,
@@ -228,7 +232,7 @@ def build_v1_report(
     out: Path,
     model_dir: Path,
     elapsed: float,
-    weight_updates: int,
+    weight_updates: list,
     orchestrator_config: dict,
     servers: list[dict[str, Any]],
     *,
@@ -257,7 +261,7 @@ def build_v1_report(
     if run is None:
         trainer = [json.loads(line) for line in read(out / "trainer.jsonl").splitlines() if line.strip()]
     else:
-        trainer = finish_trainer_run(run, out / PROBE, run_dir, model_dir, v1_samples(samples))
+        trainer = finish_trainer_run(run, out / PROBE, run_dir, model_dir, v1_samples(samples), weight_updates)
     logged = [json.loads(line) for line in read(run_dir / "metrics.jsonl").splitlines() if line.strip()]
     stale, at_end = cancellations_logged(read(out / "logs" / "orchestrator.log"))
     return report_from(
@@ -270,7 +274,7 @@ def build_v1_report(
         output_dir=str(out),
         steps_requested=settings.steps,
         trajectory_strategy="branches (v1 traces)",
-        weight_updates=weight_updates,
+        weight_updates=len(weight_updates),
         env_metrics=mean_of(logged, env_metric_key),
         orchestrator_metrics=mean_of(logged, orchestrator_key),
         dropped=plan.dropped,

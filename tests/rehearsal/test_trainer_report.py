@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from air.agents.vllm_api import WeightUpdate
 from air.rehearsal.batches import figures, read_batch
 from air.rehearsal.launch import Episodes
 from air.rehearsal.live_trainer import classic_samples, cpu_batch, finish_trainer_run
@@ -64,8 +65,15 @@ def rehearsal(tmp_path: Path, tiny_model_dir: Path, base, *, batch=None, lines=N
     (broadcast / "STABLE").touch()
     probe = tmp_path / "trainer-steps.jsonl"
     probe.write_text("".join(json.dumps(line) + "\n" for line in (lines or [step_line(s) for s in range(STEPS)])))
-    run = TrainerRun(device="cpu", broadcasts_loaded=[f"run/broadcasts/step_{s}" for s in range(1, 1 + loads)])
-    received = finish_trainer_run(run, probe, run_dir, tiny_model_dir, classic_samples(batches))
+    run = TrainerRun(device="cpu")
+    # the scripted server's record: the loads the orchestrator asked for, each loaded
+    updates = [
+        WeightUpdate(
+            "/load_lora_adapter", {"lora_name": "r", "lora_path": f"{run_dir}/broadcasts/step_{s}"}, loaded=True
+        )
+        for s in range(1, 1 + loads)
+    ]
+    received = finish_trainer_run(run, probe, run_dir, tiny_model_dir, classic_samples(batches), updates)
     batch_figures = figures(batches, "branching", group_size=4, special_ids={IM_START})
     return report_from(
         batch_figures,
@@ -77,7 +85,7 @@ def rehearsal(tmp_path: Path, tiny_model_dir: Path, base, *, batch=None, lines=N
         output_dir=str(tmp_path),
         steps_requested=STEPS,
         trajectory_strategy="branching",
-        weight_updates=loads,
+        weight_updates=len(updates),
         trainer_run=run,
     )
 
