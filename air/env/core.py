@@ -36,9 +36,8 @@ from air.env.rewards import RewardTracker
 from air.env.rollout import CANCELLED, Rollout, exit_status_of
 from air.env.settings import MLGymEnvSettings
 from air.env.trajectories import BaselineInfo, TrajectoryRecord, Turn, TurnEvaluation, error_chain, error_line
-from air.sandbox.config import SandboxConfig
 from air.sandbox.engine import DOCKER_ERRORS
-from air.sandbox.errors import SandboxError, SandboxesUnavailable
+from air.sandbox.errors import SandboxError, SandboxesUnavailable, ShellUnstartable
 from air.sandbox.pool import SandboxPool
 from air.sandbox.removal import cleanup_all, destroy_in_background
 from air.tasks.config import TaskError
@@ -105,21 +104,7 @@ class MLGymCore:
         self.tools: ToolSet | None = load_mlgym_tools(self.task_root)
         self.multiline = self.tools.multiline_commands() if self.tools else {}
         self._tools_archive = self.tools.install_archive() if self.tools else b""
-        self.sandbox_config = SandboxConfig(
-            image=settings.image or "",
-            network=settings.network,
-            env_gpu=settings.env_gpu,
-            command_timeout_s=settings.command_timeout,
-            cpus=settings.container_cpus,
-            memory=settings.container_memory,
-            pids_limit=settings.container_pids,
-            disk=settings.container_disk,
-            max_file_size=settings.container_max_file_size,
-            tmp_size=settings.container_tmp,
-            shm_size=settings.container_shm,
-            run_id=settings.run_id,
-            engine_wait_s=settings.engine_wait,
-        )
+        self.sandbox_config = settings.sandbox_config()
         self.trajectory_dir: Path | None = settings.trajectory_path() if settings.save_trajectories else None
         self.cancel_cause: str | None = None  # why the run is stopping, set by its driver: the record's error
         self._pool: SandboxPool | None = None
@@ -214,6 +199,8 @@ class MLGymCore:
         """Act on one model reply; returns (observation, whether the rollout ends here)."""
         try:
             return await self._play(rollout, text, after_last_turn)
+        except ShellUnstartable as exc:  # the agent's doing, not the host's: penalised, never masked
+            return self._forfeit(rollout, text, exc), True
         except (SandboxError, *DOCKER_ERRORS) as exc:
             fault, cause = await self._fault(rollout, exc, None)
             raise fault from cause
@@ -280,6 +267,11 @@ class MLGymCore:
             rollout.exit_status = "submitted"
         return turn.output, submitted
 
+    def _forfeit(self, rollout: Rollout, text: str, exc: ShellUnstartable) -> str:
+        """End a rollout whose sandbox the agent broke (no shell starts for it): the no-score reward."""
+        log.info("rollout of %s forfeited: %s", rollout.task.name, exc)
+        return rollout.forfeit(text, parse_action(text, self.multiline).command, str(exc))
+
     async def _evaluate(self, rollout: Rollout, kind: str) -> tuple[Evaluation, TurnEvaluation, float]:
         assert rollout.workspace is not None
         evaluation = await rollout.workspace.evaluate()
@@ -296,8 +288,12 @@ class MLGymCore:
         observation = None
         try:
             if unplayed_reply is not None and not rollout.submitted and rollout.exit_status is None:
-                observation, _ = await self._play(rollout, unplayed_reply, True)
-            if not rollout.submitted and (rollout.dirty or rollout.tracker.evaluations == 0):
+                try:
+                    observation, _ = await self._play(rollout, unplayed_reply, True)
+                except ShellUnstartable as exc:
+                    observation = self._forfeit(rollout, unplayed_reply, exc)
+            forfeited = rollout.tracker.forfeited
+            if not rollout.submitted and not forfeited and (rollout.dirty or rollout.tracker.evaluations == 0):
                 _, rollout.final_evaluation, _ = await self._evaluate(rollout, "final")
             elif rollout.turns and rollout.turns[-1].evaluation is not None:
                 rollout.final_evaluation = rollout.turns[-1].evaluation

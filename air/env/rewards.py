@@ -17,7 +17,8 @@ with an unevaluated workspace is evaluated once more at the end, so an agent tha
              - (clip + no_score_penalty) (if no evaluation of the rollout ever produced a score)
 
 No score at all earns less than the worst honest score (-clip): no way out of an evaluation (a missing
-submission, a crash, NaN predictions, a rejected forgery) pays better than submitting a bad answer.
+submission, a crash, NaN predictions, a rejected forgery) pays better than submitting a bad answer. A rollout
+the agent ends by breaking its own sandbox (no shell can start: ``forfeit``) earns the same, whatever it scored.
 
 A failed evaluation (no submission, a crash, unparsable output) earns nothing and does not move
 the reference score; nor does a suspicious one (a score the metric cannot reach: a forgery), which
@@ -65,6 +66,7 @@ class RewardTracker:
     step_rewards: list[float] = field(default_factory=list)
     failed_evaluations: int = 0
     suspicious_evaluations: int = 0  # a forged-looking result (outside the metric's range): earns nothing
+    forfeited: bool = False  # the agent made its sandbox unusable (no shell starts): the no-score reward
     _progress: float = 0.0
 
     def progress(self, score: float) -> float:
@@ -103,9 +105,16 @@ class RewardTracker:
     def final_score(self) -> float | None:
         return self.scores[-1] if self.scores else None
 
+    def forfeit(self) -> None:
+        """The agent ended its own rollout by breaking its sandbox: whatever it scored, it earns what no score
+        earns (breaking the sandbox must never pay better than a bad answer, nor be masked)."""
+        self.forfeited = True
+
     def rollout_reward(self, format_errors: int = 0) -> float:
         reward = sum(self.step_rewards) - self.settings.format_error_penalty * format_errors
-        if not self.scores:
+        if self.forfeited:
+            reward -= sum(self.step_rewards)
+        if self.forfeited or not self.scores:
             reward -= self.settings.clip + self.settings.no_score_penalty
         return reward
 

@@ -39,6 +39,19 @@ class Rollout:
     evaluation_seed: int | None = None  # its group's (env.seeds): the evaluators draw from it
     clock_start: float = field(default_factory=time.monotonic)
 
+    def forfeit(self, text: str, command: str | None, why: str) -> str:
+        """End the rollout as the agent's failure: it broke its own sandbox (``why``). The no-score reward, no final
+        evaluation, the turn that did it recorded with a note; returns the note (the last observation)."""
+        self.exit_status = "shell_lost"
+        self.tracker.forfeit()
+        self.dirty = False
+        note = f"[{why}. The episode ends with the no-score reward]"
+        if self.turns and self.turns[-1].index == self.handled:
+            self.turns[-1].output = f"{self.turns[-1].output}\n{note}"
+        else:
+            self.turns.append(Turn(index=self.handled, model_text=text, command=command, output=note))
+        return note
+
     def seconds_left(self, limit: float | None) -> float | None:
         """Seconds left of the rollout's wall-clock ``limit`` (None: no limit)."""
         return None if limit is None else limit - (time.monotonic() - self.clock_start)

@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from air.env.rewards import RewardSettings
-from air.sandbox.config import checked_size, parse_env_gpu
+from air.sandbox.config import SandboxConfig, checked_size, parse_env_gpu
 
 
 class EnvSettingsError(ValueError):
@@ -121,6 +121,24 @@ class MLGymEnvSettings(BaseModel):
             value = str(value)
         parse_env_gpu(value)
         return value
+
+    def sandbox_config(self) -> SandboxConfig:
+        """The container settings of this env's rollouts: its ``container_*`` and sandbox keys, mapped once."""
+        return SandboxConfig(
+            image=self.image or "",
+            network=self.network,
+            env_gpu=self.env_gpu,
+            command_timeout_s=self.command_timeout,
+            cpus=self.container_cpus,
+            memory=self.container_memory,
+            pids_limit=self.container_pids,
+            disk=self.container_disk,
+            max_file_size=self.container_max_file_size,
+            tmp_size=self.container_tmp,
+            shm_size=self.container_shm,
+            run_id=self.run_id,
+            engine_wait_s=self.engine_wait,
+        )
 
     def trajectory_path(self) -> Path:
         return Path(self.trajectory_dir).expanduser().resolve()

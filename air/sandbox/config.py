@@ -126,6 +126,21 @@ class SandboxConfig(BaseModel):
 
         return default_image_tag()
 
+    def ipc_sysctls(self) -> dict[str, str]:
+        """The container's own IPC namespace, bounded: System V shared memory that no process maps was memory the
+        OOM killer cannot free (an agent filled its memory cgroup with it, and then no shell could start).
+        Segments now go with their last user (``shm_rmid_forced``), all of them together hold at most /dev/shm's
+        size, and message queues a few hundred KiB."""
+        shm = size_bytes(self.shm_size)
+        return {
+            "kernel.shm_rmid_forced": "1",
+            "kernel.shmmax": str(shm),
+            "kernel.shmall": str(max(1, shm // 4096)),  # in pages
+            "kernel.shmmni": "64",
+            "kernel.msgmni": "16",
+            "kernel.msgmnb": "16384",
+        }
+
 
 def owner_labels(run_id: str) -> dict[str, str]:
     proc = psutil.Process(os.getpid())

@@ -110,6 +110,7 @@ def container_kwargs(config: SandboxConfig, labels: dict[str, str], driver: str 
         network_mode="bridge" if config.network else "none",
         hostname="sandbox",
         environment={"HOME": "/home/agent", "PYTHONUNBUFFERED": "1", **config.environment},
+        sysctls=config.ipc_sysctls(),
         **storage_kwargs(config, driver),
     )
     gpus = parse_env_gpu(config.env_gpu)

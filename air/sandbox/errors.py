@@ -16,6 +16,12 @@ class ShellEnded(SandboxDied):
     take its place, which the shell itself does for the agent's commands (never a masked rollout)."""
 
 
+class ShellUnstartable(SandboxError):
+    """No shell starts for the agent although its container runs and answers root, every process of the agent
+    killed first: something the agent did (its memory, its files) keeps a shell from starting. The agent's
+    failure: its rollout ends with the penalty, never masked (not a ``SandboxDied``)."""
+
+
 class SandboxStartError(SandboxError):
     """A container could not be created or its shell did not come up."""
 

@@ -51,7 +51,9 @@ SHELL_ARGV = shell_argv()
 # the agent's processes hold every pid the container may have (a fork bomb), so not even the shell's first fork
 # succeeds. The exec itself gets in (pids.max is checked at fork, not when the engine moves an exec into the
 # container); kill(-1) as the agent reaches all of the agent's processes in one system call, forks in flight
-# included. With a pid to spare (the shell, for the disk watch), each other process is killed by its pid. A killed
+# included. With a pid to spare (the shell, for the disk watch), each other process is killed by its pid: every
+# pid is tried, and the kernel lets the agent's kill reach only its own processes, whatever their name or dumpability
+# (each stat read whole with `read -d ''`: a name holding a newline or ')' hides nothing). A killed
 # process still runs until it has exited (its memory torn down: under load, after the next shell has started), so
 # the pass is repeated until no process of the agent but this one (and the spared) is alive (zombies hold only a
 # pid), for up to ~10 s. Builtins only: no fork needed. It is the agent's own exec (no root descriptor or variable;
@@ -64,10 +66,11 @@ for _ in {1..200}; do
   [[ -n $spare ]] || kill -KILL -1 2>/dev/null
   alive=0
   for stat in /proc/[0-9]*/stat; do
-    read -r pid rest 2>/dev/null < "$stat" || continue
-    state=${rest##*) }; state=${state%% *}
-    if [[ $pid != "$$" && $pid != "$spare" && $state != [ZX] && -O /proc/$pid ]]; then
-      alive=1; kill -KILL "$pid" 2>/dev/null
+    line=; read -r -d '' line 2>/dev/null < "$stat"
+    [[ -n $line ]] || continue
+    pid=${line%% *}; state=${line##*) }; state=${state%% *}
+    if [[ $pid != "$$" && $pid != "$spare" && $state != [ZX] ]] && kill -KILL "$pid" 2>/dev/null; then
+      alive=1
     fi
   done
   (( alive )) || exit 0
@@ -85,8 +88,13 @@ def kill_agent_argv(spare_pid: int | None = None) -> list[str]:
 SHELL_ENV = {"PS1": "", "PS2": "", "PROMPT_COMMAND": ""}
 
 
-def shell_setup(path_prepend: str | None = None, cwd: str | None = None) -> bytes:
-    """The first line a new shell reads: merge stderr, quiet the interactive extras, guard exit."""
+def shell_setup(path_prepend: str | None = None, cwd: str | None = None, workdir: str | None = None) -> bytes:
+    """The first line a new shell reads: merge stderr, quiet the interactive extras, guard exit, go to ``cwd``.
+
+    The shell's exec starts in ``/`` (always there) and goes to ``cwd`` from here: a folder the agent renamed,
+    removed or made unreadable (its own home or ``workdir`` included) never keeps a new shell from starting.
+    Where ``cwd`` cannot be entered, ``workdir`` is made usable again by the agent's own rights (it owns it) and
+    entered, else the home, else ``/``. A shell that starts is never a masked rollout."""
     parts = [
         "exec 2>&1",
         "set +H +o history",
@@ -101,7 +109,12 @@ def shell_setup(path_prepend: str | None = None, cwd: str | None = None) -> byte
     if path_prepend:
         parts.append(f"[ -d {path_prepend} ] && export PATH={path_prepend}:$PATH")
     if cwd:
-        parts.append(f"cd {ansi_c_quote(cwd)}")
+        home, work = "~", ansi_c_quote(workdir or cwd)
+        quiet = "2>/dev/null"
+        repair = (
+            f"{{ chmod u+rwx {home} {quiet}; mkdir -p {work} {quiet}; chmod u+rwx {work} {quiet}; cd {work} {quiet}; }}"
+        )
+        parts.append(f"{{ cd {ansi_c_quote(cwd)} 2>/dev/null || {repair} || cd ~ 2>/dev/null || cd /; }}")
     return ("; ".join(parts) + "\n").encode()
 
 

@@ -19,7 +19,7 @@ import docker.errors
 from docker.models.containers import Container
 
 from air.sandbox.engine import DOCKER_ERRORS
-from air.sandbox.errors import SandboxDied, ShellEnded
+from air.sandbox.errors import SandboxDied, ShellEnded, ShellUnstartable
 from air.sandbox.protocol import (
     SHELL_ENV,
     Capture,
@@ -145,7 +145,7 @@ class Shell:
                 stderr=True,
                 tty=False,
                 user=self._config.user,
-                workdir=self._config.workdir,
+                workdir="/",  # always there: the setup line goes to the shell's folder (shell_setup)
                 environment=SHELL_ENV,
             )["Id"]
             raw = api.exec_start(exec_id, socket=True)
@@ -160,7 +160,7 @@ class Shell:
         self._decoder = FrameDecoder()
         loop = asyncio.get_running_loop()
         # An MLGym image's conda env goes first on PATH; start where the shell was (after a restart).
-        setup = shell_setup(path_prepend=MLGYM_CONDA_BIN, cwd=cwd or self._config.workdir)
+        setup = shell_setup(path_prepend=MLGYM_CONDA_BIN, cwd=cwd or self._config.workdir, workdir=self._config.workdir)
         await loop.sock_sendall(self._sock, setup)
         # The shell's pid, and the start time of a subshell forked now: "now" in the clock of the kill's victims.
         result = await self._run_locked(_PID_AND_TICKS, timeout=30, interruptible=False)
@@ -326,12 +326,16 @@ class Shell:
         """A new shell for one the agent ended; True if the agent's processes had to be killed first."""
         try:
             return await self._start_again(self.cwd)
+        except ShellUnstartable:
+            raise
         except SandboxDied as exc:
             raise SandboxDied(f"{ended}; a new shell did not start: {exc}") from exc
 
     async def _start_again(self, cwd: str) -> bool:
-        """Start a new shell. One that cannot start in a running container had its pids taken by the agent's
-        processes: they are killed and a shell started once more (True). Only then is it the container's end."""
+        """Start a new shell. One that cannot start in a running container had its pids or memory taken by the
+        agent's processes: they are killed and a shell started once more (True). If it still cannot start while
+        the container runs and answers root, the agent made it so (``ShellUnstartable``: its failure, penalised);
+        only a container that stopped or an engine that does not answer is the host's (``SandboxDied``)."""
         try:
             await self.start(cwd=cwd)
             return False
@@ -341,8 +345,24 @@ class Shell:
             await asyncio.to_thread(self._container.exec_run, kill_agent_argv(), user=self._config.user)
         except DOCKER_ERRORS as exc:
             raise await self._died(f"cannot end the agent's processes to start a new shell: {exc}") from exc
-        await self.start(cwd=cwd)
+        try:
+            await self.start(cwd=cwd)
+        except ShellEnded as exc:
+            if await self._root_answers():
+                raise ShellUnstartable(
+                    "no new shell could start although the container runs and answers: every process of the agent "
+                    f"was killed first ({exc})"
+                ) from exc
+            raise
         return True
+
+    async def _root_answers(self) -> bool:
+        """The container runs and an exec as root in it completes: the host's side of it is sound."""
+        try:
+            result = await asyncio.to_thread(self._container.exec_run, ["true"], user="root")
+        except DOCKER_ERRORS:
+            return False
+        return result.exit_code == 0
 
     async def _died(self, why: str) -> SandboxDied:
         """The error for a shell that stopped answering: ``ShellEnded`` while its container still runs."""

@@ -22,55 +22,48 @@ import os
 import signal
 import time
 
+try:  # imported from the package (tests), or run beside it in the container
+    from . import proc_table
+except ImportError:
+    import proc_table  # type: ignore[no-redef]
+
 SENDER_WAIT_S = 2.0  # a sender runs for microseconds; one the agent stopped is killed after this
 FREEZE_DEADLINE_S = 10.0  # then no evaluation: the agent kept a process running
 RESEND_S = 0.05
 LOOK_AGAIN_S = 0.002
 
 
-def _field(status: str, key: str) -> str:
-    for line in status.splitlines():
-        if line.startswith(key + ":"):
-            return line.split()[1] if len(line.split()) > 1 else ""
-    return ""
-
-
 def running_processes(uid: int) -> list[int]:
-    """The processes of ``uid`` (real uid) with a thread not stopped, traced, zombie or dead."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    """The processes of ``uid`` (real uid) not in a group stop: a thread running, traced, or unreadable."""
+    return [p.pid for p in proc_table.of_user(uid) if not p.stopped]
+
+
+def traced_processes(uid: int) -> list[int]:
+    """The processes of ``uid`` with a traced thread: its tracer can hold back SIGSTOP (a pair of processes
+    tracing each other ran through every freeze), so these are killed instead."""
+    return [p.pid for p in proc_table.of_user(uid) if p.traced]
+
+
+def _send(signum: int, pids: tuple[int, ...] = ()) -> None:
+    for target in pids or (-1,):
         try:
-            with open(f"/proc/{entry}/status") as f:
-                if _field(f.read(), "Uid") != str(uid):
-                    continue
-            for task in os.listdir(f"/proc/{entry}/task"):
-                with open(f"/proc/{entry}/task/{task}/status") as f:
-                    if _field(f.read(), "State") not in ("T", "t", "Z", "X", ""):
-                        found.append(int(entry))
-                        break
-        except (OSError, ValueError):
-            continue  # gone meanwhile
-    return found
+            os.kill(target, signum)
+        except ProcessLookupError:
+            pass  # gone meanwhile, or the agent has no process at all
+        except PermissionError:
+            pass  # not the agent's (a pid reused by another user's process): the kernel refused, as it should
 
 
-def _send(signum: int) -> None:
-    try:
-        os.kill(-1, signum)
-    except ProcessLookupError:
-        pass  # the agent has no process at all
-
-
-def signal_all_as(uid: int, signum: int) -> bool:
-    """kill(-1, ``signum``) from a fork of this process holding nothing of root's; True if it finished."""
+def signal_all_as(uid: int, signum: int, pids: tuple[int, ...] = ()) -> bool:
+    """kill(-1, ``signum``) (or kill of each of ``pids``) from a fork of this process holding nothing of
+    root's: the kernel lets it reach only processes of ``uid``. True if it finished."""
     pid = os.fork()
     if pid == 0:  # the child: no Python-level work beyond system calls, then _exit
         code = 1
         try:
             os.closerange(0, 1 << 20)
             os.setresuid(uid, uid, 0)
-            _send(signum)
+            _send(signum, pids) if pids else _send(signum)
             code = 0
         finally:
             os._exit(code)
@@ -96,6 +89,9 @@ def freeze(uid: int) -> list[int]:
         signal_all_as(uid, signal.SIGSTOP)
         resend_at = time.monotonic() + RESEND_S
         while True:
+            traced = traced_processes(uid)
+            if traced:  # SIGKILL reaches a traced process whatever its tracer does
+                signal_all_as(uid, signal.SIGKILL, tuple(traced))
             running = running_processes(uid)
             if not running or time.monotonic() > deadline:
                 return running

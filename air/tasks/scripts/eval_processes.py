@@ -11,7 +11,7 @@ import shutil
 import stat
 import threading
 
-LEFTOVER_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/home")
+LEFTOVER_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue", "/run/lock", "/home")
 
 
 class Drain(threading.Thread):

@@ -46,6 +46,7 @@ import traceback
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -I leaves the script's folder out
+import agent_channels  # noqa: E402
 import agent_freeze  # noqa: E402
 import eval_frame  # noqa: E402
 import submission_checks  # noqa: E402
@@ -246,6 +247,7 @@ def run(args: argparse.Namespace, agent: pwd.struct_passwd) -> dict:
         if args.mode == "model":  # the evaluator works in the workspace: the task's files back in it
             restore_protected(protected, secret, gid)
             close_shared_writes(agent.pw_uid)
+            agent_channels.close_before_model_evaluation(agent.pw_uid)
         return evaluate(args, evaluator_argv, agent, started, agent_modules)
     except workspace_guard.WorkspaceProblem as problem:
         return no_submission(str(problem))
@@ -351,7 +353,7 @@ def evaluate(
         rc = evaluation.wait(timeout=args.timeout)
     except subprocess.TimeoutExpired:
         rc = 124
-    kill_all(evaluator.pw_uid)
+    evaluator_ended = kill_all(evaluator.pw_uid)
     if worker is not None:
         kill_all(agent.pw_uid, started_after=started)  # the worker and whatever it started
         try:  # bounded: a worker held as a traced zombie must not hold the evaluation
@@ -363,6 +365,9 @@ def evaluate(
             drain.join(timeout=10)
     if args.mode == "model":  # only there did code the agent controls run as the evaluator
         remove_leftovers(evaluator.pw_uid)
+        agent_channels.remove_ipc(evaluator.pw_uid, shared_only=False)
+    if not evaluator_ended:  # never thaw the agent beside a process of the evaluation
+        return failure("A process of the evaluation could not be ended: no score.")
 
     errors = bytes(stderr.data)
     if worker_out is not None and worker_out.data:

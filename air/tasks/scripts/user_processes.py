@@ -1,45 +1,43 @@
-"""Every process of one user in the container: listed from /proc, killed (runs as root; stdlib only)."""
+"""Every process of one user in the container: listed from /proc (as bytes: proc_table), killed (runs as
+root in the sandbox; stdlib only).
+
+The SIGKILL is sent by agent_freeze's sender, a fork that takes the user's uid first: the kernel lets it
+reach only that user's processes, so a pid reused meanwhile by another user's process, or one whose uid
+could not be read, is never root's to kill by mistake. Without a start time to spare from, one kill(-1)
+reaches every process of the user at once, whatever its name, state or tracer."""
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 
+try:  # imported from the package (tests), or run beside it in the container
+    from . import proc_table
+    from .agent_freeze import signal_all_as
+except ImportError:
+    import proc_table  # type: ignore[no-redef]
+    from agent_freeze import signal_all_as  # type: ignore[no-redef]
 
-def _processes_of(uid: int) -> list[tuple[int, int]]:
-    """(pid, start time in clock ticks) of every live process of ``uid``."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            if os.stat(f"/proc/{entry}").st_uid != uid:
-                continue
-            state, start = state_and_start(entry)
-            if state in ("Z", "X"):
-                continue  # dead already, waiting to be reaped
-        except (OSError, ValueError, IndexError):
-            continue
-        found.append((int(entry), start))
-    return found
+ROUNDS = 50  # a killed process is gone within a scheduler tick or two; ~0.5 s at most before giving up
 
 
 def state_and_start(pid: str) -> tuple[str, int]:
     """A process's state letter and start time in clock ticks, from /proc/PID/stat (after the name)."""
-    fields = open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()
-    return fields[0], int(fields[19])
+    fields = proc_table._read(f"/proc/{pid}/stat").rpartition(b")")[2].split()
+    return fields[0].decode(), int(fields[19])
 
 
-def kill_all(uid: int, started_after: int | None = None) -> None:
-    """SIGKILL every process of ``uid`` (only those started after the tick, when given), until none is left."""
-    for _ in range(50):
-        victims = [pid for pid, start in _processes_of(uid) if started_after is None or start >= started_after]
+def kill_all(uid: int, started_after: int | None = None) -> bool:
+    """SIGKILL every process of ``uid`` (only those started at or after the tick, when given; one whose start
+    cannot be read too), until none is left. True when none is."""
+    for _ in range(ROUNDS):
+        victims = tuple(
+            p.pid
+            for p in proc_table.of_user(uid)
+            if started_after is None or p.start == proc_table.UNREADABLE or p.start >= started_after
+        )
         if not victims:
-            return
-        for pid in victims:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            return True
+        signal_all_as(uid, signal.SIGKILL, () if started_after is None else victims)
         time.sleep(0.01)
+    return False
