@@ -43,7 +43,11 @@ def _holds_a_channel(pid: int) -> bool:
         return True  # cannot look: count it (unseen never means harmless)
     for name in names:
         try:
-            if os.readlink(f"{fds}/{name}").startswith("socket:") or stat.S_ISFIFO(os.stat(f"{fds}/{name}").st_mode):
+            target = os.readlink(f"{fds}/{name}")
+            if target.startswith("socket:"):
+                return True
+            # A FIFO opened by its name (an anonymous pipe reads "pipe:[...]": only its holders can reach it).
+            if not target.startswith("pipe:") and stat.S_ISFIFO(os.stat(f"{fds}/{name}").st_mode):
                 return True
         except OSError:
             continue  # closed meanwhile
@@ -54,10 +58,43 @@ def _holds_a_channel(pid: int) -> bool:
         return True
 
 
-def end_channel_holders(uid: int) -> list[int]:
-    """Kill every process of ``uid`` that holds a way in (a socket, a FIFO, System V shared memory); returns their
-    pids. Anonymous pipes are left: only their holders (or a tracer) can reach them."""
-    victims = tuple(p.pid for p in proc_table.of_user(uid) if _holds_a_channel(p.pid))
+def _holders_seen_as(uid: int, gid: int) -> list[int] | None:
+    """The pids of ``uid``'s processes holding a way in, listed by a fork that has become ``uid`` (and ``gid``)
+    entirely: root in a container lacks CAP_SYS_PTRACE, so only the agent's own credentials open its processes'
+    /proc/PID/fd. The fork holds nothing but its pipe, and nothing can trace it: every process of the agent is
+    frozen, and it is made non-dumpable. None if it failed."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: system calls and /proc reads only, then _exit
+        code = 1
+        try:
+            os.closerange(0, write_end)
+            os.closerange(write_end + 1, 1 << 20)
+            os.setgroups([])
+            os.setresgid(gid, gid, gid)
+            os.setresuid(uid, uid, uid)
+            held = [p.pid for p in proc_table.of_user(uid) if _holds_a_channel(p.pid)]
+            os.write(write_end, " ".join(map(str, held)).encode() + b"\n")
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    data = b""
+    while chunk := os.read(read_end, 1 << 16):
+        data += chunk
+    os.close(read_end)
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0 or not data.endswith(b"\n"):
+        return None
+    return [int(word) for word in data.split()]
+
+
+def end_channel_holders(uid: int, gid: int) -> list[int]:
+    """Kill every process of ``uid`` that holds a way in (a socket, a FIFO opened by name, System V shared memory;
+    all of them where they could not be listed); returns their pids. Anonymous pipes are left: only their holders
+    can reach them (another user cannot open /proc/PID/fd/N)."""
+    held = _holders_seen_as(uid, gid)
+    victims = tuple(held if held is not None else (p.pid for p in proc_table.of_user(uid)))
     if victims:
         signal_all_as(uid, signal.SIGKILL, victims)
     return list(victims)
@@ -104,7 +141,7 @@ def remove_ipc(uid: int, *, shared_only: bool) -> int:
     return removed
 
 
-def close_before_model_evaluation(uid: int) -> None:
+def close_before_model_evaluation(uid: int, gid: int) -> None:
     """The agent's ways in, closed before its code runs as the evaluator."""
-    end_channel_holders(uid)
+    end_channel_holders(uid, gid)
     remove_ipc(uid, shared_only=True)

@@ -247,7 +247,7 @@ def run(args: argparse.Namespace, agent: pwd.struct_passwd) -> dict:
         if args.mode == "model":  # the evaluator works in the workspace: the task's files back in it
             restore_protected(protected, secret, gid)
             close_shared_writes(agent.pw_uid)
-            agent_channels.close_before_model_evaluation(agent.pw_uid)
+            agent_channels.close_before_model_evaluation(agent.pw_uid, agent.pw_gid)
         return evaluate(args, evaluator_argv, agent, started, agent_modules)
     except workspace_guard.WorkspaceProblem as problem:
         return no_submission(str(problem))
