@@ -18,10 +18,10 @@ from typing import Any, Literal
 
 from air.sandbox.config import WORKSPACE
 from air.sandbox.container import Sandbox
-from air.sandbox.shell import MLGYM_CONDA_BIN
 from air.tasks.config import TaskError, metric_value
 from air.tasks.loader import Task, unique
 from air.tasks.scripts import eval_frame
+from air.tasks.trusted_python import SYSTEM_PATH, evaluation_python
 
 CONTAINER_SCRIPTS = Path(__file__).resolve().parent / "scripts"  # run as root in the container
 AIR_DIR = "/opt/air"  # root-only folder in the container: pristine copies and our scripts
@@ -29,8 +29,9 @@ AIR_LIB = "/opt/air-lib"  # the evaluation's own code (root's, readable by all, 
 PRIVATE_COPY = "/opt/air-eval/task"  # the evaluator's copy of the task, unreachable by the agent
 # Beyond the evaluator's budget, what the runner may take: the freeze (<= 10 s), copies, bounded reaping.
 RUNNER_MARGIN_S = 120.0
-# Our scripts on the image's python3 (an MLGym image's may be elsewhere: then the task's interpreter, $0).
-_ROOT_PYTHON = 'exec "$(command -v python3 || echo "$0")" -I -B'
+# Our scripts on the interpreter the evaluator uses ($0): the one checked to be out of the agent's reach
+# (trusted_python), never a python3 found on a PATH.
+_ROOT_PYTHON = 'exec "$0" -I -B'
 _RUN_RUNNER = f'{_ROOT_PYTHON} {AIR_LIB}/eval_runner.py "$@"'
 _THAW = f'{_ROOT_PYTHON} {AIR_LIB}/agent_freeze.py thaw "$1"'
 
@@ -110,9 +111,9 @@ class TaskWorkspace:
         missing = [rel for rel in protected if rel not in files]
         if missing:
             raise TaskError(f"Task {task.name}: protected files {missing} are not among its files ({task.config_path})")
-        conda_bin = await self._conda_bin()
-        self.python = f"{conda_bin}/python" if conda_bin else "python3"
-        path = ":".join(filter(None, [conda_bin, "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]))
+        found = await evaluation_python(self.sandbox)  # ImageNotPrepared where the agent could change it
+        self.python = found.python
+        path = ":".join(filter(None, [found.bin, SYSTEM_PATH]))
         lists = {
             "protected.txt": protected,
             "secret.txt": sorted(secrets_),
@@ -134,16 +135,6 @@ class TaskWorkspace:
         )
         if code != 0:
             raise TaskError(f"Laying out task {task.name} in the sandbox failed: {out.strip()[-2000:]}")
-
-    async def _conda_bin(self) -> str:
-        """MLGym's conda env if the image has one, else ''; asked once per image (an exec per rollout saved)."""
-        image = self.sandbox.container.attrs.get("Image", "")  # its id, as the engine reported it at create
-        if image not in _CONDA_BIN_OF_IMAGE:
-            _, out = await self.sandbox.exec_root(
-                ["bash", "-c", f"[ -x {MLGYM_CONDA_BIN}/python ] && echo {MLGYM_CONDA_BIN} || true"]
-            )
-            _CONDA_BIN_OF_IMAGE[image] = out.strip()
-        return _CONDA_BIN_OF_IMAGE[image]
 
     def evaluation_command(self) -> tuple[str, str, list[str]]:
         """(submission kind, runner mode, evaluator argv) for this task's entrypoint; ``{submission}`` is
@@ -280,8 +271,6 @@ def suspicion(task: Task, metrics: dict[str, Any], score: float | None, agent_co
 
 # Where the agent's code runs during evaluation: "python", behind a process boundary (eval_runner.py);
 # "plain", nowhere (CSV files are read as data); "model", inside the evaluator (MLGym's scripts load it).
-_CONDA_BIN_OF_IMAGE: dict[str, str] = {}  # image id -> MLGym's conda bin folder in it, or ''
-
 _RUNNER_MODES = {
     "PythonSubmissionTasks": "python",
     "CSVSubmissionTasks": "plain",

@@ -14,6 +14,7 @@ passed to the build as ``BASE_IMAGE``. The imported base is reused by later buil
 from __future__ import annotations
 
 import dataclasses
+import io
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -63,11 +64,11 @@ def _stream_lines(events: Iterator[dict[str, Any]]) -> Iterator[tuple[str, str]]
 _BUILDER_CHATTER = ("--->", "Removing intermediate container", "Successfully built", "Successfully tagged")
 
 
-def _run_build(
+def run_build(
     client: docker.DockerClient,
     tag: str,
-    recipe_dir: Path | str | None,
-    base_image: str,
+    context: io.BytesIO,
+    buildargs: dict[str, str],
     labels: dict[str, str],
     nocache: bool,
     progress: Progress,
@@ -81,10 +82,10 @@ def _run_build(
     error: str | None = None
     try:
         events = client.api.build(
-            fileobj=build_context(recipe_dir),
+            fileobj=context,
             custom_context=True,
             tag=tag,
-            buildargs={"BASE_IMAGE": base_image},
+            buildargs=buildargs,
             labels=labels,
             nocache=nocache,
             rm=True,
@@ -140,7 +141,8 @@ def build_image(
         base_image = resolve_base(client, base, reporter, recipe_dir)
         reporter.phase(f"Building {tag} from {base_image}")
         labels = {RECIPE_LABEL: digest, "air.base": base_image}
-        image_id = _run_build(client, tag, recipe_dir, base_image, labels, force, reporter)
+        context = build_context(recipe_dir)
+        image_id = run_build(client, tag, context, {"BASE_IMAGE": base_image}, labels, force, reporter)
         if not image_exists(client, tag):
             raise ImageBuildError(f"The build of {tag} finished but the tag is missing")
         seconds = time.monotonic() - start

@@ -26,8 +26,8 @@ DEBOOTSTRAP_BASE_IMAGE = "air-debian-base:bookworm"
 DEFAULT_DEBIAN_MIRROR = "http://deb.debian.org/debian"
 DEFAULT_DEBIAN_SECURITY_MIRROR = "http://deb.debian.org/debian-security"
 
-# The runtime also accepts MLGym's own agent image (tools in the conda env `mlgym_generic`)
-# in place of air-sandbox; it is pulled from Docker Hub, never built here.
+# MLGym's own agent image (tools in the conda env `mlgym_generic`, the agent's): pulled from Docker Hub,
+# never built here; a run takes it once prepared by `air build-image --from` (image/prepared.py).
 MLGYM_IMAGE = "aigym/mlgym-agent:latest"
 
 
