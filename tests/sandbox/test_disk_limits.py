@@ -86,8 +86,10 @@ def test_checks_come_sooner_as_the_limit_nears_and_never_load_the_engine():
         watch.used = used
         delays.append(watch.next_delay())
     assert delays == [10, 2, 1, MIN_DELAY_S, MIN_DELAY_S]
-    watch.cost_s = 2.0  # a container of a million files: the engine's walk takes seconds
-    assert watch.next_delay() == 40
+    watch.used, watch.cost_s = (20 << 30) - (1 << 29), 0.2  # many files: a check costs more, comes less often
+    assert watch.next_delay() == 0.8
+    watch.cost_s = 2.0  # but a slow check never makes the watch blind for longer than disk_check_s
+    assert watch.next_delay() == 10
 
 
 def test_an_evaluation_asks_the_engine_only_when_the_limit_could_have_been_passed():

@@ -34,3 +34,32 @@ async def test_writing_past_the_bounds_fails_the_agent_not_the_rollout(tmp_path,
     over = record.turns[2].evaluation
     assert over is not None and over.status == "evaluation_failed" and "disk limit" in over.error, over
     honest_evaluation(record, 5)  # files deleted: the next evaluation is whole
+
+
+# Issue 39, item 4, through the rollout path: a path past PATH_MAX made the engine's size -1 (read as -1 bytes)
+# and 900 MiB went past a 200m limit; 250,000 empty folders counted 0 bytes. tests/sandbox/test_disk_blinding.py
+# plays these and the files deleted but held open against the sandbox itself.
+LONG_PATH = f"mkdir -p ~/d && cd ~/d && for i in $(seq 300); do mkdir {'a' * 30} && cd {'a' * 30} || break; done; cd ~"
+WRITE_900M = "for i in $(seq 225); do head -c 4M /dev/zero > ~/big$i; sleep 0.02; done; echo never"
+FOLDERS = "cd ~ && python3 -c \"import os; os.mkdir('m'); [os.mkdir(f'm/{i}') for i in range(250000)]; print('never')\""
+
+
+@pytest.mark.timeout(400)
+async def test_a_blinded_watch_still_fails_the_agent_not_the_rollout(tmp_path, docker_image):
+    if can_size(storage_driver(docker.from_env())):
+        pytest.skip("this engine sizes containers itself: tests/sandbox/test_disk_limits.py covers its quota")
+    commands = [LONG_PATH, WRITE_900M, "validate", "cd ~ && rm -rf ~/d ~/big*", FOLDERS, "validate"]
+    commands += ["rm -rf ~/m; ls ~", "validate"]
+    output, record = await run_attack(
+        tmp_path, docker_image, commands, container_disk="200m", container_max_file_size="64m"
+    )
+    check_rollout(output, record)  # not masked
+    for index in (1, 4):  # the writer stopped with the limit's message
+        said = record.turns[index].output
+        assert "never" not in said and "disk limit" in said, said
+    assert "path longer than 4096 bytes" in record.turns[1].output, record.turns[1].output
+    for index in (2, 5):
+        over = record.turns[index].evaluation
+        assert over is not None and over.status == "evaluation_failed" and "disk limit" in over.error, over
+    assert "disk limit" not in record.turns[6].output, record.turns[6].output
+    honest_evaluation(record, 7)  # files deleted: the next evaluation is whole
