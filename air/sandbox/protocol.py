@@ -93,8 +93,9 @@ def shell_setup(path_prepend: str | None = None, cwd: str | None = None, workdir
 
     The shell's exec starts in ``/`` (always there) and goes to ``cwd`` from here: a folder the agent renamed,
     removed or made unreadable (its own home or ``workdir`` included) never keeps a new shell from starting.
-    Where ``cwd`` cannot be entered, ``workdir`` is made usable again by the agent's own rights (it owns it) and
-    entered, else the home, else ``/``. A shell that starts is never a masked rollout."""
+    ``workdir`` (and the home) are made there and usable again first, by the agent's own rights (it owns them);
+    where ``cwd`` cannot be entered, ``workdir`` is, else the home, else ``/``. A shell that starts is never a
+    masked rollout."""
     parts = [
         "exec 2>&1",
         "set +H +o history",
@@ -109,12 +110,9 @@ def shell_setup(path_prepend: str | None = None, cwd: str | None = None, workdir
     if path_prepend:
         parts.append(f"[ -d {path_prepend} ] && export PATH={path_prepend}:$PATH")
     if cwd:
-        home, work = "~", ansi_c_quote(workdir or cwd)
-        quiet = "2>/dev/null"
-        repair = (
-            f"{{ chmod u+rwx {home} {quiet}; mkdir -p {work} {quiet}; chmod u+rwx {work} {quiet}; cd {work} {quiet}; }}"
-        )
-        parts.append(f"{{ cd {ansi_c_quote(cwd)} 2>/dev/null || {repair} || cd ~ 2>/dev/null || cd /; }}")
+        work, quiet = ansi_c_quote(workdir or cwd), "2>/dev/null"
+        parts.append(f"{{ chmod u+rwx ~ {quiet}; mkdir -p {work} {quiet}; chmod u+rwx {work} {quiet}; }}")
+        parts.append(f"{{ cd {ansi_c_quote(cwd)} {quiet} || cd {work} {quiet} || cd ~ {quiet} || cd /; }}")
     return ("; ".join(parts) + "\n").encode()
 
 
