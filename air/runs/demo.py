@@ -193,7 +193,8 @@ def _missing_module_hint(output: str) -> str:
         return ""
     return (
         f"\nFix: the image lacks the Python module {found[-1]!r}; run with an image that has it, e.g. "
-        "--image aigym/mlgym-agent:latest (MLGym's own), or add it to this project's image"
+        "MLGym's own, prepared once: `uv run air build-image --from aigym/mlgym-agent:latest`, then --image with the "
+        "tag it prints; or add the module to this project's image"
     )
 
 

@@ -127,9 +127,9 @@ def deleted():  # as the agent: root without CAP_SYS_PTRACE cannot read another 
         if not pid.isdigit():
             continue
         try:
-            with open(f"/proc/{pid}/status") as f:
-                uids = next(line for line in f if line.startswith("Uid:")).split()[1:]
-            fds = os.listdir(f"/proc/{pid}/fd") if str(agent.pw_uid) in uids else []
+            with open(f"/proc/{pid}/status", "rb") as f:  # bytes: a name need not be UTF-8
+                uids = next(line for line in f if line.startswith(b"Uid:")).split()[1:]
+            fds = os.listdir(f"/proc/{pid}/fd") if str(agent.pw_uid).encode() in uids else []
         except (FileNotFoundError, ProcessLookupError, StopIteration):
             continue
         except PermissionError:
