@@ -156,6 +156,18 @@ class TaskWorkspace:
         # cannot replace what the evaluation imports (eval_bootstrap.py sets the rest of sys.path).
         return kind, mode, [self.python, "-I", "-B", f"{AIR_LIB}/eval_bootstrap.py", mode, script, *args]
 
+    async def _killed_early(self, duration: float, what: str) -> str:
+        """Why ``what`` was killed before its budget: the container's memory, when its OOM killer has struck."""
+        _, out = await self.sandbox.exec_root(["sh", "-c", _OOM_KILLS], timeout=30)
+        kills = sum(int(word) for line in out.splitlines() for word in line.split()[1:2] if word.isdigit())
+        if kills:
+            return (
+                f"The evaluation was killed after {duration:.0f} s: the container ran out of memory (its limit is "
+                f"{self.sandbox.config.memory}) and the kernel's OOM killer ended {what}. Free memory (background "
+                "jobs; files in /tmp and /dev/shm count against it) and try again: no score."
+            )
+        return f"The evaluation was killed after {duration:.0f} s, before its budget ran out ({what}): no score."
+
     async def evaluate(self) -> Evaluation:
         """Evaluate the workspace from pristine evaluation files: root prepares, the unprivileged evaluator
         runs the task's script, the agent's code answers from its own process; secrets only present meanwhile."""
@@ -184,6 +196,8 @@ class TaskWorkspace:
             if code in (124, 137):  # the runner itself was cut: it could not resume the agent's processes
                 await self.sandbox.exec_root(["sh", "-c", _THAW, self.python, config.user], timeout=30)
                 message = f"The evaluation ran past its budget ({budget:g} s) and was stopped: no score."
+                if duration < budget + RUNNER_MARGIN_S - 5:  # not our time limit: the kernel's OOM killer, or none
+                    message = await self._killed_early(duration, "the evaluation's runner")
             else:
                 message = f"Evaluation could not run ({exc}): {out.strip()[-2000:]}"
             return Evaluation(None, None, message, "evaluation_failed", duration_s=duration)
@@ -205,6 +219,8 @@ class TaskWorkspace:
             else:
                 why = "was stopped after the time limit" if rc == 137 else f"exited with code {rc}"
             message = f"The evaluation script {why}.\n{(stderr or stdout).strip()[-3000:]}"
+            if rc in (-9, 137) and duration < budget:  # SIGKILL before its budget: out of memory, most likely
+                message = await self._killed_early(duration, "the evaluation script") + "\n" + message
             return Evaluation(None, None, message, "evaluation_failed", submission, duration, stderr)
         agent_code_ran = mode in ("model", "direct")  # the agent's code ran inside the evaluator
         try:
@@ -224,6 +240,10 @@ class TaskWorkspace:
         if problem:
             return Evaluation(metrics, None, REJECTED, "suspicious", submission, duration, stderr, problem)
         return Evaluation(metrics, score, None, "ok", submission, duration, stderr)
+
+
+# The container's count of OOM kills: cgroup v2 (memory.events), else v1 (memory.oom_control); "" if neither.
+_OOM_KILLS = "cat /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null | grep oom_kill"
 
 
 # What the agent reads about a rejected result: that it was rejected, never what an accepted one looks like.

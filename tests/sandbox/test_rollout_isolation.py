@@ -35,7 +35,9 @@ NAMESPACES = ("pid", "mnt", "net", "ipc", "uts")
 
 @pytest.fixture
 async def two(sandbox_config: SandboxConfig) -> AsyncIterator[tuple[Sandbox, Sandbox]]:
-    """Rollouts A and B: two sandboxes of one run, as an env server's pool hands them out."""
+    """Rollouts A and B: two sandboxes of one run, as an env server's pool hands them out. Without a disk limit:
+    the disk watch's probe would come and go among the processes the test lists and expects to live on."""
+    sandbox_config = sandbox_config.model_copy(update={"disk": ""})
     a, b = await asyncio.gather(Sandbox.create(sandbox_config), Sandbox.create(sandbox_config))
     try:
         yield a, b

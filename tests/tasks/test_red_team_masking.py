@@ -113,3 +113,19 @@ async def test_a_shell_that_cannot_start_in_a_live_container_is_the_agents_failu
     assert output["reward"] < -1.0, output["reward"]  # the no-score reward, whatever was scored before
     assert record.final_evaluation is None or record.final_evaluation.kind != "final", record.final_evaluation
     assert "no new shell could start" in record.turns[-1].output, record.turns[-1].output
+
+
+@pytest.mark.timeout(300)
+async def test_an_evaluation_the_oom_killer_ends_says_so(tmp_path, docker_image):
+    """Files in /tmp (a tmpfs, counted against the container's memory) leave the evaluation no memory: it fails,
+    saying why (it read "ran past its budget (300 s)" after a second), and goes through once they are gone."""
+    commands = [
+        "cp sample_submission.csv submission.csv && head -c 970M /dev/zero > /tmp/fill; validate",
+        "rm /tmp/fill; validate",
+    ]
+    output, record = await run_attack(tmp_path, docker_image, commands, task="loanDefault")
+    assert output.get("error") is None, output.get("error")
+    starved, fed = record.turns[0].evaluation, record.turns[1].evaluation
+    assert starved is not None and starved.status == "evaluation_failed", starved
+    assert "ran out of memory" in starved.error and "OOM killer" in starved.error, starved.error
+    assert fed is not None and fed.status == "ok", fed
