@@ -42,9 +42,9 @@ def main() -> None:
     parser.add_argument("base")
     parser.add_argument("head", nargs="?", default="HEAD")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("script", nargs=argparse.REMAINDER, help="-- then the benchmark and its arguments")
-    args = parser.parse_args()
-    script = args.script[1:] if args.script[:1] == ["--"] else args.script
+    argv = sys.argv[1:]
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args, script = parser.parse_args(argv[:cut]), argv[cut + 1 :]
     if not script:
         parser.error("name the benchmark after --")
     revisions = {name: git("rev-parse", "--short", name) for name in (args.base, args.head)}

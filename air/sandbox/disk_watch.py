@@ -2,7 +2,7 @@
 
 On overlay2 over ext4 (most hosts) no quota exists, so each check measures two ways and adds them up:
 
-- A probe run as root in the container (``PROBE``, one exec of ``python3 -I``: ~0.1 s, most of it the exec)
+- A probe run as root in the container (``disk_probe``: one process for the container's life, asked each check)
   counts the entries (files, folders, links) under every folder the agent can write and charges each
   ``ENTRY_BYTES`` (4 KiB: an empty folder takes a block of the host's disk and an inode, which the engine counts
   as 0 bytes), and adds the files deleted but still open in the agent's processes (the ``/proc/PID/fd`` links
@@ -50,6 +50,16 @@ from typing import TYPE_CHECKING
 import docker.errors
 import requests
 
+from air.sandbox.disk_probe import (
+    ENTRY_BYTES,
+    MAX_ENTRIES,
+    PATH_MAX,
+    PROBE,
+    PROBE_BUDGET_S,
+    ROOTS_OF_IMAGE,
+    ProbeSession,
+    parse,
+)
 from air.sandbox.engine import DOCKER_ERRORS
 from air.sandbox.protocol import kill_agent_argv
 from air.sandbox.storage import human_size
@@ -65,118 +75,6 @@ log = logging.getLogger(__name__)
 FAST_WRITES = 1 << 30  # bytes per second a fast disk takes: how soon what is left of the limit could be gone
 MIN_DELAY_S = 0.5  # the shortest wait between two checks, near or over the limit
 COST_FACTOR = 4  # a check waits up to this many times its own cost (never past disk_check_s): a probe is ~0.1 s
-ENTRY_BYTES = 4096  # what each file, folder or link costs on top of its bytes: one block of the host's disk
-MAX_ENTRIES = 200_000  # more entries than this is a problem: the probe stops counting (~2 s for 250k folders)
-PROBE_BUDGET_S = 10.0  # the probe's walk stops here and says so (a problem); the inspect's timeout too
-PATH_MAX = 4096
-
-# Run as root: python3 -I -c PROBE <agent user> <MAX_ENTRIES> <budget s> <PATH_MAX> <enough>. Prints one JSON
-# line. It stops counting at <enough> entries, which at ENTRY_BYTES each pass the limit on their own: a small limit
-# is found passed by a folder bomb in a fraction of the walk (at 200m: 51,201 entries, not 200,000).
-# Standard library only; follows no link (scandir's d_type, lstat); of what the agent wrote only folders are
-# opened, to list them. The open-file reader is a fork that drops to the agent's uid and groups.
-PROBE = r"""
-import json, os, pwd, re, sys, time
-user, cap, budget, path_max = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
-enough = int(sys.argv[5])  # entries that alone pass the limit: counting further tells nothing more
-deadline = time.monotonic() + budget
-agent = pwd.getpwnam(user)
-out = {"entries": 0, "deleted": 0, "problem": None}
-mounts = {"/proc", "/sys", "/dev"}
-with open("/proc/self/mountinfo") as f:
-    for line in f:
-        mounts.add(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), line.split()[4]))
-mounts.discard("/")
-
-def under_mount(path):
-    return any(path == m or path.startswith(m + "/") for m in mounts)
-
-def walk():
-    stack = [("/", False)]  # (folder, whether its entries count: the agent can write it or one above it)
-    while stack:
-        path, counted = stack.pop()
-        if len(path) >= path_max:
-            return f"a path longer than {path_max} bytes ({path[:80]}...): delete it"
-        try:
-            it = os.scandir(path)
-        except FileNotFoundError:
-            continue
-        except OSError as exc:
-            return f"cannot list {path[:80]}...: {exc.strerror}"
-        with it:
-            for e in it:
-                if e.path in mounts:
-                    continue
-                folder = e.is_dir(follow_symlinks=False)
-                count = counted
-                if not counted and folder:
-                    try:
-                        st = e.stat(follow_symlinks=False)
-                    except FileNotFoundError:
-                        continue
-                    count = st.st_uid != 0 or bool(st.st_mode & 0o022)
-                if count:
-                    out["entries"] += 1
-                    if out["entries"] > cap:
-                        return f"more than {cap:,} files and folders: delete some"
-                    if out["entries"] >= enough:
-                        return None
-                if folder:
-                    stack.append((e.path, count))
-        if time.monotonic() > deadline:
-            return f"counting its files took over {budget:g} s: delete some"
-
-def deleted():  # as the agent: root without CAP_SYS_PTRACE cannot read another uid's /proc/PID/fd
-    total, seen = 0, set()
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/status", "rb") as f:  # bytes: a name need not be UTF-8
-                uids = next(line for line in f if line.startswith(b"Uid:")).split()[1:]
-            fds = os.listdir(f"/proc/{pid}/fd") if str(agent.pw_uid).encode() in uids else []
-        except (FileNotFoundError, ProcessLookupError, StopIteration):
-            continue
-        except PermissionError:
-            return 0, f"process {pid} of the agent hides its open files: end it"
-        for fd in fds:
-            link = f"/proc/{pid}/fd/{fd}"
-            try:
-                target = os.readlink(link)
-                if not target.endswith(" (deleted)") or not target.startswith("/") or under_mount(target[:-10]):
-                    continue
-                st = os.stat(link)
-            except (FileNotFoundError, ProcessLookupError):
-                continue
-            except PermissionError:
-                return 0, f"process {pid} of the agent hides its open files: end it"
-            if st.st_nlink == 0 and (st.st_dev, st.st_ino) not in seen:
-                seen.add((st.st_dev, st.st_ino))
-                total += st.st_size
-            if time.monotonic() > deadline:
-                return total, f"reading its processes' open files took over {budget:g} s"
-    return total, None
-
-out["problem"] = walk()
-if out["problem"] is None:
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(r)
-            os.setgroups([])
-            os.setgid(agent.pw_gid)
-            os.setuid(agent.pw_uid)
-            os.write(w, json.dumps(deleted()).encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    with os.fdopen(r) as f:
-        text = f.read()
-    os.waitpid(pid, 0)
-    out["deleted"], out["problem"] = json.loads(text) if text else (0, "the open-file reader failed")
-print(json.dumps(out))
-"""
 
 
 class ContainerStopped(Exception):
@@ -206,6 +104,8 @@ class DiskWatch:
         self.checked_at = 0.0  # time.monotonic() of the last check
         self._lock = asyncio.Lock()  # one check at a time: the watch's, a command's, an evaluation's
         self._task: asyncio.Task[None] | None = None
+        self._session: ProbeSession | None = None  # the container's probe, once started
+        self._image = str(getattr(container, "attrs", {}).get("Image", "")) if container is not None else ""
 
     @property
     def over(self) -> bool:
@@ -233,6 +133,8 @@ class DiskWatch:
     def stop(self) -> None:
         """Stop for good; safe from any thread (the container is being removed)."""
         self.enabled = False
+        if self._session is not None:
+            self._session.close()
         task, self._task = self._task, None
         if task is None or task.done():
             return
@@ -296,24 +198,28 @@ class DiskWatch:
         return Measure(size + entries * ENTRY_BYTES + deleted)
 
     def _probe(self) -> tuple[int, int, str | None]:
-        """(entries, bytes deleted but open, problem) from ``PROBE`` run as root in the container."""
-        argv = ["timeout", "-s", "KILL", str(int(PROBE_BUDGET_S) + 10), "python3", "-I", "-c", PROBE]
-        enough = min(MAX_ENTRIES, self.limit // ENTRY_BYTES + 1) if self.limit else MAX_ENTRIES
-        argv += [self._config.user, str(MAX_ENTRIES), str(PROBE_BUDGET_S), str(PATH_MAX), str(enough)]
-        try:
-            code, output = self._container.exec_run(argv, user="root", workdir="/")
-        except docker.errors.NotFound as exc:
-            raise ContainerStopped(f"container {self._container.short_id} no longer exists") from exc
-        except docker.errors.APIError as exc:
-            if exc.status_code == 409:  # "is not running"
-                raise ContainerStopped(f"container {self._container.short_id} no longer runs") from exc
-            raise
-        text = output.decode(errors="replace").strip()
-        try:
-            found = json.loads(text.splitlines()[-1])
-            return int(found["entries"]), int(found["deleted"]), found["problem"]
-        except (ValueError, IndexError, KeyError, TypeError):
-            return 0, 0, f"its files could not be counted (exit {code}: {text[-200:]!r})"
+        """(entries, bytes deleted but open, problem) from the container's probe (``disk_probe``), started on first
+        use and again when it is gone (asked once more at once: a probe that died is not the agent's problem)."""
+        if self._session is None:
+            enough = min(MAX_ENTRIES, self.limit // ENTRY_BYTES + 1) if self.limit else MAX_ENTRIES
+            argv = ["python3", "-I", "-c", PROBE, self._config.user, str(MAX_ENTRIES), str(PROBE_BUDGET_S)]
+            roots = json.dumps(ROOTS_OF_IMAGE.get(self._image, []))
+            self._session = ProbeSession(self._container, [*argv, str(PATH_MAX), str(enough), roots])
+        for attempt in (1, 2):
+            try:
+                return parse(self._session.ask(timeout=PROBE_BUDGET_S + 10), self._image)
+            except docker.errors.NotFound as exc:
+                raise ContainerStopped(f"container {self._container.short_id} no longer exists") from exc
+            except docker.errors.APIError as exc:
+                if exc.status_code == 409:  # "is not running"
+                    raise ContainerStopped(f"container {self._container.short_id} no longer runs") from exc
+                raise
+            except TimeoutError:
+                return 0, 0, f"counting its files took over {PROBE_BUDGET_S + 10:g} s: delete some"
+            except OSError as exc:
+                if attempt == 2:
+                    return 0, 0, f"its files could not be counted ({exc})"
+        raise AssertionError("unreachable")
 
     def _engine_size(self) -> int | str:
         """The engine's size of the container's own layer, or the problem that kept it from giving one."""
@@ -341,6 +247,9 @@ class DiskWatch:
             log.warning("could not stop the writers in sandbox %s: %s", self._container.short_id, exc)
 
     async def _watch(self) -> None:
+        # The first check waits its turn: a new container holds nothing of the agent's (and one that is asked sooner,
+        # by an evaluation or a command, is checked then).
+        await asyncio.sleep(self.next_delay())
         while True:
             try:
                 await self.check()

@@ -1,0 +1,221 @@
+"""What the disk watch counts inside a container (``disk_watch``): the probe, one root process per container, asked
+for a measure by a line on its stdin and answering with one JSON line.
+
+A measure counts the entries (files, folders, links) under every folder the agent can write, to be charged
+``ENTRY_BYTES`` each (an empty folder takes a block of the host's disk and an inode, which the engine counts as 0
+bytes), and the bytes of files deleted but still open in the agent's processes (the ``/proc/PID/fd`` links ending
+in " (deleted)", sized by a stat of the link; read by a fork that drops to the agent's uid and groups, as root
+without CAP_SYS_PTRACE cannot read them). It walks by the directory's path, never follows a link, stops at
+``MAX_ENTRIES`` (a problem), at the entries that alone pass the limit (enough said), and at ``PROBE_BUDGET_S``.
+
+One process for the container's life, not an exec per check: an exec costs the engine some 90 ms of CPU, which at
+32 containers checked every 10 s was a tenth of a 2-core host's rollouts. Its walk starts where the agent can
+write (found by a walk from ``/`` the first time and every 20th), not at ``/``. The agent can neither signal,
+trace nor read it (root's); if it dies or stops answering, the next check starts another.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from typing import TYPE_CHECKING, Any
+
+from air.sandbox.protocol import FrameDecoder
+
+if TYPE_CHECKING:
+    from docker.models.containers import Container
+
+ENTRY_BYTES = 4096  # what each file, folder or link costs on top of its bytes: one block of the host's disk
+MAX_ENTRIES = 200_000  # more entries than this is a problem: the probe stops counting (~2 s for 250k folders)
+PROBE_BUDGET_S = 10.0  # a walk stops here and says so (a problem); the engine's inspect's timeout too
+PATH_MAX = 4096
+
+# Run as root: python3 -I -c PROBE <agent user> <MAX_ENTRIES> <budget s> <PATH_MAX> <enough> <roots>. For each
+# line read, one JSON line: {"entries", "deleted", "problem"}, and "roots" after a walk from "/" (the host keeps
+# them per image and hands them to the image's next probe, whose first walk then starts there). It stops
+# counting at <enough> entries, which at ENTRY_BYTES each pass the limit on their own: a small limit is found
+# passed by a folder bomb in a fraction of the walk (at 200m: 51,201 entries, not 200,000). Standard library
+# only; of what the agent wrote only folders are opened.
+PROBE = r"""
+import json, os, pwd, re, sys, time
+FULL_EVERY = 20
+user, cap, budget, path_max = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+enough = int(sys.argv[5])  # entries that alone pass the limit: counting further tells nothing more
+agent = pwd.getpwnam(user)
+mounts = {"/proc", "/sys", "/dev"}
+with open("/proc/self/mountinfo") as f:
+    for line in f:
+        mounts.add(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), line.split()[4]))
+mounts.discard("/")
+
+def under_mount(path):
+    return any(path == m or path.startswith(m + "/") for m in mounts)
+
+def walk(out, deadline, roots, found):
+    # (folder, whether its entries count: the agent can write it or one above it). From "/" the first time and
+    # every FULL_EVERY-th: the folders the agent can write whose parent it cannot (found), kept for the walks
+    # between, which start there (the agent cannot make another such folder: only root can).
+    stack = [(root, True) for root in roots] if roots else [("/", False)]
+    out["entries"] += len(roots)
+    while stack:
+        path, counted = stack.pop()
+        if len(path) >= path_max:
+            return f"a path longer than {path_max} bytes ({path[:80]}...): delete it"
+        try:
+            it = os.scandir(path)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            return f"cannot list {path[:80]}...: {exc.strerror}"
+        with it:
+            for e in it:
+                if e.path in mounts:
+                    continue
+                folder = e.is_dir(follow_symlinks=False)
+                count = counted
+                if not counted and folder:
+                    try:
+                        st = e.stat(follow_symlinks=False)
+                    except FileNotFoundError:
+                        continue
+                    count = st.st_uid != 0 or bool(st.st_mode & 0o022)
+                    if count:
+                        found.append(e.path)
+                if count:
+                    out["entries"] += 1
+                    if out["entries"] > cap:
+                        return f"more than {cap:,} files and folders: delete some"
+                    if out["entries"] >= enough:
+                        return None
+                if folder:
+                    stack.append((e.path, count))
+        if time.monotonic() > deadline:
+            return f"counting its files took over {budget:g} s: delete some"
+
+def deleted(deadline):  # as the agent: root without CAP_SYS_PTRACE cannot read another uid's /proc/PID/fd
+    total, seen = 0, set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/status", "rb") as f:  # bytes: a name need not be UTF-8
+                uids = next(line for line in f if line.startswith(b"Uid:")).split()[1:]
+            fds = os.listdir(f"/proc/{pid}/fd") if str(agent.pw_uid).encode() in uids else []
+        except (FileNotFoundError, ProcessLookupError, StopIteration):
+            continue
+        except PermissionError:
+            return 0, f"process {pid} of the agent hides its open files: end it"
+        for fd in fds:
+            link = f"/proc/{pid}/fd/{fd}"
+            try:
+                target = os.readlink(link)
+                if not target.endswith(" (deleted)") or not target.startswith("/") or under_mount(target[:-10]):
+                    continue
+                st = os.stat(link)
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+            except PermissionError:
+                return 0, f"process {pid} of the agent hides its open files: end it"
+            if st.st_nlink == 0 and (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_size
+            if time.monotonic() > deadline:
+                return total, f"reading its processes' open files took over {budget:g} s"
+    return total, None
+
+def measure(roots, full):
+    out, deadline, found = {"entries": 0, "deleted": 0, "problem": None}, time.monotonic() + budget, []
+    out["problem"] = walk(out, deadline, [] if full else roots, found)
+    if full and out["problem"] is None:
+        roots[:] = found
+    if out["problem"] is None:
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(r)
+                os.setgroups([])
+                os.setgid(agent.pw_gid)
+                os.setuid(agent.pw_uid)
+                os.write(w, json.dumps(deleted(deadline)).encode())
+            finally:
+                os._exit(0)
+        os.close(w)
+        with os.fdopen(r) as f:
+            text = f.read()
+        os.waitpid(pid, 0)
+        out["deleted"], out["problem"] = json.loads(text) if text else (0, "the open-file reader failed")
+    return out
+
+roots = json.loads(sys.argv[6])  # where the agent could write in this image's last container ([]: unknown)
+for number, _ in enumerate(iter(sys.stdin.readline, "")):  # one measure per line asked; EOF: the watch is done
+    full = number % FULL_EVERY == 0 and not (number == 0 and roots)
+    out = measure(roots, full)
+    if full and out["problem"] is None:
+        out["roots"] = roots
+    print(json.dumps(out), flush=True)
+"""
+
+
+class ProbeSession:
+    """The probe of one container, over one exec's socket (blocking: the watch asks from a worker thread)."""
+
+    def __init__(self, container: Container, argv: list[str]) -> None:
+        self._container = container
+        self._argv = argv
+        self._sock: socket.socket | None = None
+        self._owner: Any = None  # the SDK's response holding the hijacked connection (see Shell)
+        self._decoder = FrameDecoder()
+        self._pending = b""
+
+    def _open(self) -> socket.socket:
+        api = self._container.client.api
+        exec_id = api.exec_create(
+            self._container.id, self._argv, stdin=True, stdout=True, stderr=True, tty=False, user="root", workdir="/"
+        )["Id"]
+        self._owner = api.exec_start(exec_id, socket=True)
+        self._sock, self._decoder, self._pending = self._owner._sock, FrameDecoder(), b""
+        return self._sock
+
+    def ask(self, timeout: float) -> str:
+        """One measure's JSON line. Raises OSError (the probe is gone: the next ask starts another) or the engine's
+        errors (no exec could start)."""
+        sock = self._sock or self._open()
+        try:
+            sock.settimeout(timeout)
+            sock.sendall(b"\n")
+            while b"\n" not in self._pending:
+                data = sock.recv(1 << 16)
+                if not data:
+                    raise ConnectionError("the disk probe exited")
+                self._pending += self._decoder.feed(data)
+        except OSError:
+            self.close()
+            raise
+        line, _, self._pending = self._pending.partition(b"\n")
+        return line.decode(errors="replace")
+
+    def close(self) -> None:
+        """End the probe (its stdin closes, it exits); safe from any thread, and more than once."""
+        sock, self._sock, self._owner = self._sock, None, None
+        if sock is not None:
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+
+# image id -> the folders its containers' agent could write whose parent it could not (their probes' walks start
+# there; a walk from "/" every FULL_EVERY-th check finds any new one): a walk of the image's whole tree saved.
+ROOTS_OF_IMAGE: dict[str, list[str]] = {}
+
+
+def parse(text: str, image: str = "") -> tuple[int, int, str | None]:
+    """(entries, bytes deleted but open, problem) from the probe's line; the roots it found kept for ``image``."""
+    try:
+        found = json.loads(text)
+        if image and isinstance(found.get("roots"), list):
+            ROOTS_OF_IMAGE[image] = [str(root) for root in found["roots"]]
+        return int(found["entries"]), int(found["deleted"]), found["problem"]
+    except (ValueError, KeyError, TypeError):
+        return 0, 0, f"its files could not be counted ({text[-200:]!r})"
