@@ -75,6 +75,13 @@ log = logging.getLogger(__name__)
 FAST_WRITES = 1 << 30  # bytes per second a fast disk takes: how soon what is left of the limit could be gone
 MIN_DELAY_S = 0.5  # the shortest wait between two checks, near or over the limit
 COST_FACTOR = 4  # a check waits up to this many times its own cost (never past disk_check_s): a probe is ~0.1 s
+# What the probe alone sees (folders, files deleted but open) grows at most this fast (~64,000 entries a second at
+# 4 KiB each, as a folder bomb makes them): it is asked when that could have passed what is left of the limit since
+# its last answer, and at least every PROBE_EVERY checks' worth of disk_check_s. In between, a check is the engine's
+# size plus what the probe last counted. (Its first answer costs the engine an exec: ~0.1 s of CPU; a rollout
+# shorter than that interval never pays it.)
+PROBE_FAST = 256 << 20
+PROBE_EVERY = 3
 
 
 class ContainerStopped(Exception):
@@ -105,6 +112,8 @@ class DiskWatch:
         self._lock = asyncio.Lock()  # one check at a time: the watch's, a command's, an evaluation's
         self._task: asyncio.Task[None] | None = None
         self._session: ProbeSession | None = None  # the container's probe, once started
+        self._probed: tuple[int, int, str | None] = (0, 0, None)  # its last answer
+        self._probe_due = time.monotonic() + PROBE_EVERY * config.disk_check_s  # a new container holds nothing yet
         self._image = str(getattr(container, "attrs", {}).get("Image", "")) if container is not None else ""
 
     @property
@@ -186,10 +195,20 @@ class DiskWatch:
         a slow check pushes it back (``COST_FACTOR``), never past ``disk_check_s``."""
         left = 0 if self.problem is not None else max(0, self.limit - (self.used or 0))
         soon = min(self._config.disk_check_s, max(MIN_DELAY_S, left / FAST_WRITES))
-        return max(soon, min(COST_FACTOR * self.cost_s, self._config.disk_check_s))
+        # A slow check (a walk of many entries) backs off, but never for longer than a folder bomb needs to pass
+        # what is left: near the limit, checks come every MIN_DELAY_S whatever they cost (each walk stops once its
+        # entries alone pass the limit, so that cost is bounded by the limit).
+        reach = max(MIN_DELAY_S, left / PROBE_FAST)
+        return max(soon, min(COST_FACTOR * self.cost_s, self._config.disk_check_s, reach))
 
     def _measure(self) -> Measure:
-        entries, deleted, problem = self._probe()
+        now = time.monotonic()
+        if now >= self._probe_due or self.over:  # over: what it counted may be gone (deleted, its holder killed)
+            self._probed = self._probe()
+            left = max(0, self.limit - (self.used or 0)) if self.limit else 0
+            interval = min(PROBE_EVERY * self._config.disk_check_s, max(MIN_DELAY_S, left / PROBE_FAST))
+            self._probe_due = now + interval
+        entries, deleted, problem = self._probed
         if problem is not None:
             return Measure(None, problem)
         size = self._engine_size()

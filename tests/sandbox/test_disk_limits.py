@@ -88,7 +88,9 @@ def test_checks_come_sooner_as_the_limit_nears_and_never_load_the_engine():
     assert delays == [10, 2, 1, MIN_DELAY_S, MIN_DELAY_S]
     watch.used, watch.cost_s = (20 << 30) - (1 << 29), 0.2  # many files: a check costs more, comes less often
     assert watch.next_delay() == 0.8
-    watch.cost_s = 5.0  # but a slow check never makes the watch blind for longer than disk_check_s
+    watch.cost_s = 5.0  # but a slow check never makes the watch blind for longer than disk_check_s, nor near the
+    assert watch.next_delay() == 2.0  # limit for longer than a folder bomb needs to pass what is left (512M: 2 s)
+    watch.used = 0
     assert watch.next_delay() == 10
 
 
