@@ -213,6 +213,7 @@ def wait_for_training(
                     f"trainer steps; its log: {process.log}\n{process.tail()}"
                 )
         if orchestrator.exited() == 0 and trainer.exited() == 0:
+            say("steps", count_lines(probe), settings.steps)  # the last step, written just before the trainer exited
             return
         if time.monotonic() > deadline:
             late = trainer if orchestrator.exited() == 0 else orchestrator

@@ -129,8 +129,12 @@ def measure(roots, full):
     if full and out["problem"] is None:
         roots[:] = found
     if out["problem"] is None:
-        r, w = os.pipe()
-        pid = os.fork()
+        try:
+            r, w = os.pipe()
+            pid = os.fork()
+        except OSError as exc:  # every pid taken (a fork bomb): the shell's restart frees them
+            out["problem"] = f"no process could start to read its open files ({exc.strerror})"
+            return out
         if pid == 0:
             try:
                 os.close(r)

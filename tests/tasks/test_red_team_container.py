@@ -67,5 +67,6 @@ async def test_a_fork_bomb_costs_the_agent_its_processes_not_the_rollout(tmp_pat
     assert "Every process of the agent was killed" in record.turns[1].output, record.turns[1].output[-2000:]
     lines = record.turns[2].output.splitlines()
     assert lines[0] == "/home/agent/workspace/notes", lines
-    assert not any(line.split()[-1] == "python3" for line in lines[1:-1]), lines  # the bomb is gone
+    listed = [line for line in lines[1:-1] if line.strip() and not line.startswith("[")]  # notes left out
+    assert not any(line.split()[-1] == "python3" for line in listed), lines  # the bomb is gone
     honest_evaluation(record, 3)
