@@ -34,8 +34,8 @@ import verifiers as vf
 from pydantic import ValidationError
 
 from air.env.actions import REPLY_FORMAT, format_error_observation, message_text, parse_action
-from air.env.dial_settings import DialSettings
 from air.env.rewards import RewardTracker
+from air.env.simple_env_settings import SimpleEnvSettings
 
 logger = logging.getLogger(__name__)
 
@@ -160,7 +160,7 @@ def _reply_text(completion: Any) -> str:
 class SimpleDialEnv(vf.MultiTurnEnv):
     """The dial game as a verifiers multi-turn environment."""
 
-    def __init__(self, settings: DialSettings, **kwargs: Any):
+    def __init__(self, settings: SimpleEnvSettings, **kwargs: Any):
         self.settings = settings
         super().__init__(
             dataset=_build_dataset(settings),
@@ -254,7 +254,7 @@ class DialRubric(vf.Rubric):
             self.add_metric(_metric(name))
 
 
-def _build_dataset(settings: DialSettings):
+def _build_dataset(settings: SimpleEnvSettings):
     from datasets import Dataset  # heavy: imported when an env is built, not with the module
 
     prompt = [
@@ -268,7 +268,7 @@ def _build_dataset(settings: DialSettings):
 def load_environment(**kwargs: Any) -> SimpleDialEnv:
     """Build the dial env; unknown or mistyped keys fail with the key named."""
     try:
-        settings = DialSettings.model_validate(kwargs)
+        settings = SimpleEnvSettings.model_validate(kwargs)
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(part) for part in error['loc'])}: {error['msg']}" for error in exc.errors()

@@ -130,7 +130,7 @@ def chromium() -> str:
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny model written once per session (``air tiny-model``): skipped on a machine without the
     ``tiny`` extra, a failure in CI, where the extra is installed."""
-    from air.agents.tiny_model import TinyModelError, require_extra, write_tiny_model
+    from air.inference.tiny_model import TinyModelError, require_extra, write_tiny_model
 
     try:
         require_extra()

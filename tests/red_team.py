@@ -19,7 +19,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from air.agents.policies import ScriptPolicy
+from air.policies.scripted import ScriptPolicy
 from air.tasks.workspace import evaluation_seed
 from tests import rollouts
 

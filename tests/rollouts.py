@@ -9,8 +9,8 @@ from pathlib import Path
 from openai import AsyncOpenAI
 
 import air_mlgym
-from air.agents.server import PolicyServer
 from air.env.trajectory_reader import iter_trajectory_paths, load_trajectory
+from air.inference.server import PolicyServer
 
 
 def make_env(tmp_path: Path, docker_image: str, **kwargs):

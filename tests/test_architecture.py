@@ -23,12 +23,13 @@ ALLOWED = {
     "sandbox": set(),
     "tasks": {"sandbox"},
     "env": {"sandbox", "tasks"},
-    "agents": {"env"},
-    "runs": {"sandbox", "tasks", "env", "agents"},
+    "policies": {"env"},
+    "inference": {"env", "policies"},
+    "runs": {"sandbox", "tasks", "env", "policies", "inference"},
     "training": {"sandbox", "tasks", "env"},
-    "rehearsal": {"sandbox", "tasks", "env", "agents", "training"},
+    "rehearsal": {"sandbox", "tasks", "env", "policies", "inference", "training"},
     "viewer": {"tasks", "env"},
-    "cli": {"sandbox", "tasks", "env", "agents", "runs", "training", "rehearsal", "viewer"},
+    "cli": {"sandbox", "tasks", "env", "policies", "inference", "runs", "training", "rehearsal", "viewer"},
 }
 # The only modules that import verifiers themselves; everything else reaches it through them or not at all.
 VERIFIERS_IMPORTERS = {
@@ -134,12 +135,13 @@ def test_verifiers_is_imported_only_where_the_env_meets_it() -> None:
 
 
 def test_the_layers_below_the_env_front_load_without_verifiers() -> None:
-    """Sandbox, tasks, rewards, trajectories, agents and the viewer's data work without verifiers: imported
-    in a fresh interpreter, none of them pulls it in (the core serves both fronts, classic and v1)."""
+    """Sandbox, tasks, rewards, trajectories, policies, the inference stand-in and the viewer's data work
+    without verifiers: imported in a fresh interpreter, none of them pulls it in (the core serves both
+    fronts, classic and v1)."""
     free = sorted(
         m
         for m in FILES
-        if (_folder(m) in {"sandbox", "tasks", "agents", "viewer"} and ".scripts." not in m)
+        if (_folder(m) in {"sandbox", "tasks", "policies", "inference", "viewer"} and ".scripts." not in m)
         or (
             _folder(m) == "env"
             and m not in {"air.env.mlgym_env", "air.env.v1_front", "air.env.v1_player", "air.env.load"}
@@ -154,7 +156,7 @@ def test_the_layers_below_the_env_front_load_without_verifiers() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "air.env.trajectories" in free and "air.agents.server" in free and "air.sandbox.pool" in free
+    assert "air.env.trajectories" in free and "air.inference.server" in free and "air.sandbox.pool" in free
 
 
 OPTIONAL_IN_SCRIPTS = {"numpy"}  # imported under `except ImportError` (seeding), never required

@@ -88,7 +88,7 @@ async def test_titanic_answers_hidden_and_evaluated(sandbox: Sandbox) -> None:
 @pytest.mark.timeout(300)
 async def test_a_rollout_with_mlgyms_own_commands(tmp_path: Path, docker_image: str) -> None:
     """MLGym's commands installed from the checkout: open, a guarded multi-line edit, validate, submit."""
-    from air.agents.policies import ScriptPolicy
+    from air.policies.scripted import ScriptPolicy
     from tests.rollouts import make_env, run_group, trajectories
 
     env = make_env(tmp_path, docker_image, task_root=ROOT, task_configs=["battleOfSexes"], max_turns=6)
@@ -134,7 +134,7 @@ def test_the_seed_command_on_battle_of_sexes_with_mlgym_config_root(tmp_path: Pa
     import subprocess
     import sys
 
-    from air.agents.server import PolicyServer
+    from air.inference.server import PolicyServer
 
     out = tmp_path / "run"
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "MLGYM_CONFIG_ROOT": str(Path(ROOT) / "configs")}

@@ -7,11 +7,11 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from air.agents.policies import SPECS, PolicySpecError, make_policy, require_playable
-from air.agents.server import PolicyServerError, serve_forever
-from air.agents.tiny_model import TinyModelError
 from air.cli.errors import CommandError
 from air.cli.help import DefaultsHelpFormatter
+from air.inference.server import PolicyServerError, serve_forever
+from air.inference.tiny_model import TinyModelError
+from air.policies.scripted import SPECS, PolicySpecError, make_policy, require_playable
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -67,8 +67,8 @@ def cmd_tiny_model(args: argparse.Namespace) -> int:
     """Write a byte-level BPE tokenizer trained on this project's own text, with a ChatML chat template,
     and a two-layer Llama with seeded random weights, to DIRECTORY. Offline and deterministic; loads with
     transformers (use the directory as `model.name` in a prime-rl config). Needs the `tiny` extra."""
-    from air.agents.tiny_model import TinyModelSpec, write_tiny_model
     from air.cli.hints import tiny_model_hints
+    from air.inference.tiny_model import TinyModelSpec, write_tiny_model
 
     try:
         target = write_tiny_model(args.directory, TinyModelSpec(seed=args.seed), force=args.force)

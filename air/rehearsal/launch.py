@@ -34,7 +34,7 @@ def default_model_dir() -> Path:
 
 
 def tiny_model(explicit: Path | None, say: Callable[[str, int, int], None]) -> Path:
-    from air.agents.tiny_model import TinyModelError, write_tiny_model
+    from air.inference.tiny_model import TinyModelError, write_tiny_model
 
     say("tiny model", 0, 1)
     try:

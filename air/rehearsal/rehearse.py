@@ -1,7 +1,7 @@
 """``air rehearse``: a training run's whole data path on this machine, before any GPU is booked.
 
 prime-rl's real orchestrator (its own entry point, its forked env workers, the pinned verifiers) runs
-``air_mlgym`` rollouts in real containers against :class:`air.agents.server.PolicyServer` answering like
+``air_mlgym`` rollouts in real containers against :class:`air.inference.server.PolicyServer` answering like
 vLLM serving a tiny model (token ids, logprobs), with the config's envs, env args, batch, group size and
 trajectory strategy. A stand-in trainer (``orchestrator_entry.stand_in_trainer``) publishes only what the
 orchestrator waits for. Then the batches it handed the trainer are read back (:mod:`.batches`).
@@ -150,7 +150,7 @@ def rehearse(settings: RehearsalSettings, progress: Callable[[str, int, int], No
 
 
 def rehearse_classic(settings: RehearsalSettings, path: Path, raw: dict[str, Any], say) -> RehearsalReport:
-    from air.agents.server import PolicyServer
+    from air.inference.server import PolicyServer
 
     plan = plan_config(path, raw)
     python, root = find_orchestrator_python(settings.prime_rl, "classic", say=say, timeout_s=settings.timeout_s)
@@ -195,9 +195,9 @@ def rehearse_classic(settings: RehearsalSettings, path: Path, raw: dict[str, Any
                 timeout=settings.timeout_s,
             )
         started = time.time()
-        run_orchestrator(python, orch_toml, out, settings, say, trainer_config, server.app.vllm.weight_updates)
+        run_orchestrator(python, orch_toml, out, settings, say, trainer_config, server.weight_updates)
         elapsed = time.time() - started
-        updates = list(server.app.vllm.weight_updates)
+        updates = list(server.weight_updates)
     report = build_report(plan, settings, out, model_dir, elapsed, updates, launched_at=started, run=run)
     report.prime_rl_commit = commit_of(root)
     return report

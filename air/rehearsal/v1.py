@@ -5,7 +5,7 @@ What ``uv run rl`` would do on a GPU node, minus vLLM and the trainer: prime-rl'
 (:mod:`.v1_entry`), then prime-rl's own entry points run as separate processes, as ``rl`` starts them:
 an env server per source (``prime_rl.entrypoints.env_server``, air_mlgym's v1 front inside, real
 containers) and the orchestrator (``prime_rl.entrypoints.orchestrator``), against
-:class:`air.agents.server.PolicyServer` serving the tiny model through vLLM's token-in, token-out route.
+:class:`air.inference.server.PolicyServer` serving the tiny model through vLLM's token-in, token-out route.
 A stand-in trainer process publishes the weights the orchestrator waits for and reads each batch with
 the trainer's own receiver. A source with ``serve.address`` gets no server from the rehearsal: one
 started separately (another node, its own Docker engine) answers there. Then the batches are checked
@@ -84,7 +84,7 @@ def env_metric_key(key: str) -> bool:
 
 
 def rehearse_v1(settings, path: Path, raw: dict[str, Any], say: Callable[[str, int, int], None]) -> RehearsalReport:
-    from air.agents.server import PolicyServer
+    from air.inference.server import PolicyServer
 
     plan = plan_v1(path, raw, settings.external_env_servers)
     python, root = find_orchestrator_python(settings.prime_rl, "v1", say=say, timeout_s=settings.timeout_s)
@@ -137,7 +137,7 @@ def rehearse_v1(settings, path: Path, raw: dict[str, Any], say: Callable[[str, i
                 timeout=settings.timeout_s,
             )
         started = time.time()
-        updates = server.app.vllm.weight_updates
+        updates = server.weight_updates
         servers = run_processes(python, plan, configs, orchestrator_config, out, settings, say, trainer_config, updates)
         elapsed = time.time() - started
         updates = list(updates)

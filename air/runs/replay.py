@@ -47,8 +47,8 @@ async def replay_trajectory(
     save_dir: str | Path | None = None,
 ) -> dict[str, Any]:
     """Replay ``path``; returns {task, commands, recorded, replayed, matches, reproduced, notes, ...}."""
-    from air.agents.policies import ScriptPolicy
-    from air.agents.server import PolicyServer
+    from air.inference.server import PolicyServer
+    from air.policies.scripted import ScriptPolicy
 
     record, commands = _read(path)
     notes: list[str] = []

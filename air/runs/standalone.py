@@ -148,8 +148,8 @@ async def _run_steps(
     env = _load_env(settings, out)
     server = None
     if settings.base_url is None:
-        from air.agents.policies import make_policy
-        from air.agents.server import PolicyServer
+        from air.inference.server import PolicyServer
+        from air.policies.scripted import make_policy
 
         server = PolicyServer(make_policy(settings.policy), seed=settings.seed, vllm_model=settings.vllm_model)
         server.start()

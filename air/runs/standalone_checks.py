@@ -10,14 +10,14 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from air.env.dial_settings import DialSettings
 from air.env.settings import MLGymEnvSettings, env_settings_problems, said_with_input
+from air.env.simple_env_settings import SimpleEnvSettings
 from air.runs.standalone_settings import StandaloneSettings
 from air.tasks.config import TaskError
 from air.tasks.loader import find_task_config, resolve_task_root
 from air.tasks.names import did_you_mean
 
-OUR_ENVS: dict[str, type[BaseModel]] = {"air_mlgym": MLGymEnvSettings, "simple_env": DialSettings}
+OUR_ENVS: dict[str, type[BaseModel]] = {"air_mlgym": MLGymEnvSettings, "simple_env": SimpleEnvSettings}
 
 
 class StandaloneCheckError(ValueError):

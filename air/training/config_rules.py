@@ -212,10 +212,10 @@ def env_args_problems(env_id: str, args: dict[str, Any]) -> list[tuple[str, str,
 
         return [(key, message, _fix_of(message)) for key, message in env_settings_problems(dict(args))]
     if env_id == "simple_env":
-        from air.env.dial_settings import DialSettings
+        from air.env.simple_env_settings import SimpleEnvSettings
 
         try:
-            DialSettings.model_validate(args)
+            SimpleEnvSettings.model_validate(args)
         except ValidationError as exc:
             return [(".".join(map(str, e["loc"])), e["msg"], "") for e in exc.errors()]
     return []

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from air.agents.policies import make_policy
-from air.agents.server import PolicyServer
 from air.cli.main import main
+from air.inference.server import PolicyServer
+from air.policies.scripted import make_policy
 from air.training.process_records import record_launch
 
 ROOT = Path(__file__).resolve().parents[2]

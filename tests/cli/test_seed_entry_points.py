@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from air.agents.policies import make_policy
-from air.agents.server import PolicyServer
+from air.inference.server import PolicyServer
+from air.policies.scripted import make_policy
 from air.prime_orchestrator import DEFAULT_BASE_URL, build_parser, standalone_argv
 
 

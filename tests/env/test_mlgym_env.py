@@ -17,10 +17,10 @@ import verifiers as vf
 from openai import AsyncOpenAI
 
 import air_mlgym
-from air.agents.policies import ScriptPolicy
-from air.agents.server import PolicyServer
 from air.env.settings import EnvSettingsError
 from air.env.trajectory_reader import iter_trajectory_paths
+from air.inference.server import PolicyServer
+from air.policies.scripted import ScriptPolicy
 from air.sandbox.config import LABEL, LABEL_RUN
 from air.tasks.loader import load_task
 from air.tasks.workspace import evaluation_seed

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from air.agents.policies import ScriptPolicy
+from air.policies.scripted import ScriptPolicy
 from tests import rollouts
 
 pytestmark = pytest.mark.docker

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from air.agents.vllm_api import WeightUpdate
+from air.inference.vllm_api import WeightUpdate
 from air.rehearsal.batches import figures, read_batch
 from air.rehearsal.launch import Episodes
 from air.rehearsal.live_trainer import classic_samples, cpu_batch, finish_trainer_run

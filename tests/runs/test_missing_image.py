@@ -62,7 +62,7 @@ async def test_replay_stops_naming_the_fix(tmp_path: Path, docker_image: str) ->
 async def test_a_verifiers_group_raises_instead_of_masking_every_rollout(tmp_path: Path, docker_image: str) -> None:
     """vf-eval and prime-rl's workers call run_group: a vf.Error would be recorded per rollout and the run
     would go on; the missing image must escape verifiers instead."""
-    from air.agents.policies import make_policy
+    from air.policies.scripted import make_policy
     from tests.rollouts import make_env, run_group
 
     env = make_env(tmp_path, MISSING, task_configs=["laneMerge"], max_turns=2)

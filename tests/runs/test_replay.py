@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from openai import AsyncOpenAI
 
-from air.agents.policies import ScriptPolicy
-from air.agents.server import PolicyServer
 from air.cli.main import build_parser, main
 from air.env.trajectories import BaselineInfo, TrajectoryRecord, Turn
+from air.inference.server import PolicyServer
+from air.policies.scripted import ScriptPolicy
 from air.runs.replay import choose_image, replay_trajectory
 from air.runs.replay_checkout import checkout_differences
 from tests.rollouts import make_env, trajectories

@@ -9,8 +9,8 @@ import json
 import pytest
 from openai import AsyncOpenAI
 
-from air.agents.policies import ScriptPolicy
-from air.agents.server import PolicyServer
+from air.inference.server import PolicyServer
+from air.policies.scripted import ScriptPolicy
 from air.runs.replay import replay_trajectory
 from tests.opt_in import mlgym_checkout
 from tests.rollouts import make_env, trajectories

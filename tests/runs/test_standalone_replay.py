@@ -113,7 +113,7 @@ async def test_replaying_our_trajectory_reproduces_its_scores(tmp_path, docker_i
     env = air_mlgym.load_environment(
         task_configs=["laneMerge"], max_turns=4, trajectory_dir=str(tmp_path / "rec"), pool_size=0
     )
-    from air.agents.policies import ScriptPolicy
+    from air.policies.scripted import ScriptPolicy
 
     await run_group(env, ScriptPolicy(["validate", BETTER_STRATEGY, "validate", "submit"]), "laneMerge")
     (recorded,) = iter_trajectory_paths(tmp_path / "rec")

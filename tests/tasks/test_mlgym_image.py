@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from air.agents.policies import ScriptPolicy
+from air.policies.scripted import ScriptPolicy
 from air.tasks.trusted_python import ImageNotPrepared
 from tests import rollouts
 from tests.mlgym_image import MLGYM_ENV, standin_image

@@ -13,7 +13,7 @@ from functools import cache
 
 import pytest
 
-from air.agents.policies import ScriptPolicy
+from air.policies.scripted import ScriptPolicy
 from tests import rollouts
 from tests.red_team import heredoc, lane_score_by_hand, make_env
 

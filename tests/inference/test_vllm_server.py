@@ -18,9 +18,9 @@ import httpx
 import openai
 import pytest
 
-from air.agents.policies import ScriptPolicy
-from air.agents.server import PolicyServer
-from air.agents.tiny_model import MANIFEST, TinyModelError, require_extra, write_tiny_model
+from air.inference.server import PolicyServer
+from air.inference.tiny_model import MANIFEST, TinyModelError, require_extra, write_tiny_model
+from air.policies.scripted import ScriptPolicy
 
 REPLY = "Look first.\n```bash\nhead -3 data/train.csv\n```"
 MESSAGES = [
@@ -98,7 +98,7 @@ def test_the_tiny_model_is_deterministic_and_loads_with_transformers(tiny_model_
 
 
 def test_another_seed_gives_other_weights_and_a_foreign_directory_is_refused(tiny_model_dir, tmp_path):
-    from air.agents.tiny_model import TinyModelSpec
+    from air.inference.tiny_model import TinyModelSpec
 
     other = write_tiny_model(tmp_path / "seed1", TinyModelSpec(seed=1))
     assert (other / "model.safetensors").read_bytes() != (tiny_model_dir / "model.safetensors").read_bytes()
@@ -217,18 +217,18 @@ def test_unknown_models_are_404_until_a_lora_adapter_of_that_name_is_loaded(serv
         unloaded = httpx.post(f"{root}/v1/unload_lora_adapter", json={"lora_name": "r16-a32.0"})
         assert unloaded.status_code == 200 and "removed" in unloaded.text
         assert httpx.post(f"{root}/v1/unload_lora_adapter", json={"lora_name": "r16-a32.0"}).status_code == 404
-    routes = [update.route for update in server.app.vllm.weight_updates]
+    routes = [update.route for update in server.weight_updates]
     assert routes[-3:] == ["/load_lora_adapter", "/v1/unload_lora_adapter", "/v1/unload_lora_adapter"]
 
 
 def test_weight_routes_are_acknowledged_and_recorded(server):
     root = server.base_url.removesuffix("/v1")
-    before = len(server.app.vllm.weight_updates)
+    before = len(server.weight_updates)
     assert httpx.post(f"{root}/reload_weights", json={}).json() == {"status": "ok"}
     assert httpx.post(f"{root}/update_weights", json={"weight_dir": "out/broadcasts/step_1"}).json() == {"status": "ok"}
     assert httpx.post(f"{root}/update_weights", content=b"[1, 2]").status_code == 400
     assert httpx.post(f"{root}/load_lora_adapter", json={"lora_name": 3}).status_code == 400
-    recorded = server.app.vllm.weight_updates[before:]
+    recorded = server.weight_updates[before:]
     assert [(u.route, u.body) for u in recorded[:2]] == [
         ("/reload_weights", {}),
         ("/update_weights", {"weight_dir": "out/broadcasts/step_1"}),
@@ -368,7 +368,7 @@ def test_todays_prime_rl_admin_routes_and_a_bad_token_request(server):
     root = server.base_url.removesuffix("/v1")
     for route in ("/pause", "/resume"):
         assert httpx.post(root + route, json={}).status_code == 200
-    assert [u.route for u in server.app.vllm.weight_updates][-2:] == ["/pause", "/resume"]
+    assert [u.route for u in server.weight_updates][-2:] == ["/pause", "/resume"]
     metrics = httpx.get(root + "/metrics")
     assert metrics.status_code == 200 and "vllm:num_requests_running" in metrics.text
     empty = httpx.post(root + "/inference/v1/generate", json={"model": server.model_name, "token_ids": []})

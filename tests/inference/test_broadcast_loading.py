@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from air.agents.server import PolicyServer
+from air.inference.server import PolicyServer
 from tests.lora_files import ALPHA, RANK, write_adapter
 
 REPLY = "ls data\n```bash\nhead -3 data/train.csv\n```"
@@ -101,7 +101,7 @@ def test_a_loaded_lora_adapter_serves_the_updated_models_logprobs(server, base, 
     assert adapted == pytest.approx(expected, abs=2e-4)
     assert max(abs(x - y) for x, y in zip(adapted, before, strict=True)) > 1e-3
     assert chat(server, server.model_name)[2] == pytest.approx(before, abs=1e-6)  # the base is served unchanged
-    update = server.app.vllm.weight_updates[-1]
+    update = server.weight_updates[-1]
     assert (update.route, update.loaded, update.error) == ("/load_lora_adapter", True, None)
 
 
@@ -156,7 +156,7 @@ def test_an_adapter_that_does_not_fit_is_refused_with_its_reason(server, base, t
     _, _, before = chat(server, server.model_name)
     answer = post(server, "/load_lora_adapter", {"lora_name": "r-0", "lora_path": str(folder)})
     assert answer.status_code == 500 and reason in answer.text
-    update = server.app.vllm.weight_updates[-1]
+    update = server.weight_updates[-1]
     assert update.loaded is False and reason in update.error
     assert "r-0" not in server.app.vllm.model_ids()  # nothing half-loaded is served
     assert chat(server, server.model_name)[2] == pytest.approx(before, abs=1e-6)
@@ -171,10 +171,10 @@ def test_full_weights_that_do_not_match_the_model_are_refused(server, tmp_path):
     answer = post(server, "/update_weights", {"weight_dir": str(tmp_path / "w")})
     assert answer.status_code == 500 and "do not match the model" in answer.text
     assert post(server, "/update_weights", {"weight_dir": str(tmp_path / "empty")}).status_code == 500
-    assert [u.loaded for u in server.app.vllm.weight_updates[-2:]] == [False, False]
+    assert [u.loaded for u in server.weight_updates[-2:]] == [False, False]
 
 
 def test_without_load_broadcasts_the_routes_only_acknowledge(tiny_model_dir, tmp_path):
     with PolicyServer(Says(), vllm_model=tiny_model_dir, max_model_len=512) as plain:
         answer = post(plain, "/load_lora_adapter", {"lora_name": "r-0", "lora_path": str(tmp_path / "absent")})
-        assert answer.status_code == 200 and plain.app.vllm.weight_updates[-1].loaded is None
+        assert answer.status_code == 200 and plain.weight_updates[-1].loaded is None

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from air.env.rewards import RewardSettings
 
 
-class DialSettings(BaseModel):
+class SimpleEnvSettings(BaseModel):
     """The arguments of ``load_environment`` (the env's ``args`` table in a prime-rl TOML)."""
 
     model_config = ConfigDict(extra="forbid")

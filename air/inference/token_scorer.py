@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from air.agents.tiny_model import EOS_TOKEN, TinyModelError, require_extra
+from air.inference.tiny_model import EOS_TOKEN, TinyModelError, require_extra
 
 
 class PromptTooLong(ValueError):
@@ -62,8 +62,8 @@ class TokenScorer:
 
     def load_adapter(self, name: str, adapter_dir: str | Path) -> None:
         """Serve ``name`` as the base model with the LoRA adapter in ``adapter_dir`` (vLLM's LoRA load);
-        raises :class:`air.agents.broadcast_loading.BroadcastLoadError` when it does not fit."""
-        from air.agents.broadcast_loading import with_lora_adapter
+        raises :class:`air.inference.broadcast_loading.BroadcastLoadError` when it does not fit."""
+        from air.inference.broadcast_loading import with_lora_adapter
 
         with self._lock:
             base = self.model
@@ -73,7 +73,7 @@ class TokenScorer:
 
     def load_weights(self, weight_dir: str | Path) -> None:
         """Replace the served weights with the full weights in ``weight_dir`` (vLLM's weight update)."""
-        from air.agents.broadcast_loading import with_full_weights
+        from air.inference.broadcast_loading import with_full_weights
 
         with self._lock:
             base = self.model

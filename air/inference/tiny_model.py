@@ -45,7 +45,7 @@ CHAT_TEMPLATE = (
 CORPUS_GLOBS = (
     "env/prompts.py",
     "env/actions.py",
-    "agents/policies.py",
+    "policies/scripted.py",
     "tasks/builtin/**/*.py",
     "tasks/builtin/**/*.yaml",
 )

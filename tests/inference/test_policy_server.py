@@ -24,7 +24,9 @@ import httpx
 import openai
 import pytest
 
-from air.agents.policies import (
+from air.cli.runs import register_policy_server
+from air.inference.server import PolicyServer, PolicyServerError
+from air.policies.scripted import (
     IMPROVE_TASKS,
     SPECS,
     ImprovePolicy,
@@ -38,8 +40,6 @@ from air.agents.policies import (
     make_policy,
     require_playable,
 )
-from air.agents.server import PolicyServer, PolicyServerError
-from air.cli.runs import register_policy_server
 from air.tasks.loader import BUILTIN_TASK_ROOT, load_task
 
 SYSTEM = "You are an ML research agent. Reply with reasoning, then one command in one fenced bash block."
@@ -585,7 +585,7 @@ def test_cli_registrar_and_bad_spec():
 
 def test_serve_forever_prints_the_url_serves_and_stops_on_ctrl_c():
     code = (
-        "import sys; from air.agents.server import serve_forever; "
+        "import sys; from air.inference.server import serve_forever; "
         "sys.exit(serve_forever('noisy', port=0, seed=3, hints=lambda url, model: [f'client --url {url} -m {model}']))"
     )
     output = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True}

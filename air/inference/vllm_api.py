@@ -2,11 +2,11 @@
 
 prime-rl's orchestrator (c87c19b) and its pinned verifiers read token-level fields that only vLLM
 returns, and call vLLM's admin routes. This module holds those, next to the plain OpenAI surface in
-:mod:`air.agents.server`:
+:mod:`air.inference.server`:
 
 - chat completions carry ``prompt_token_ids`` (top level) and ``choices[i].token_ids`` when the request
   asks ``return_token_ids``, and ``choices[i].logprobs.content`` (one entry per completion token) when it
-  asks ``logprobs``: ids and logprobs from :class:`air.agents.token_scorer.TokenScorer`;
+  asks ``logprobs``: ids and logprobs from :class:`air.inference.token_scorer.TokenScorer`;
 - a model name that is neither the served model nor a loaded LoRA adapter gets vLLM's 404;
 - a prompt past the context gets vLLM's 400 wording, which verifiers maps to ``prompt_too_long``;
 - ``POST /tokenize`` (interleaved rollouts), ``POST /v1/chat/completions/tokens`` (prime-rl's route
@@ -18,7 +18,7 @@ returns, and call vLLM's admin routes. This module holds those, next to the plai
   recorded in :attr:`VllmSide.weight_updates`. Scripted text does not depend on weights, so they are
   only acknowledged, unless the side was made with ``load_broadcasts`` (``air rehearse`` with ``--trainer``):
   then an adapter or full weights a real trainer published are loaded
-  (:mod:`air.agents.broadcast_loading`) and the logprobs of requests naming them come from the updated
+  (:mod:`air.inference.broadcast_loading`) and the logprobs of requests naming them come from the updated
   model; a broadcast that does not load answers 500 and is recorded with its reason. ``GET /metrics``
   answers in Prometheus' text format.
 """
@@ -35,8 +35,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from air.agents.openai_errors import describe_validation_error, error_body
-from air.agents.token_scorer import PromptTooLong, ScoredCompletion, TokenScorer
+from air.inference.openai_errors import describe_validation_error, error_body
+from air.inference.token_scorer import PromptTooLong, ScoredCompletion, TokenScorer
 
 # prime-rl's wrappers (JSON answers) and vLLM's own LoRA routes (text answers).
 LOAD_ROUTES = ("/load_lora_adapter", "/v1/load_lora_adapter")
@@ -237,7 +237,7 @@ class VllmSide:
 
     def load(self, route: str, body: dict[str, Any], update: WeightUpdate) -> str | None:
         """Load the adapter or weights a route names into the scorer; the reason when they do not load."""
-        from air.agents.broadcast_loading import BroadcastLoadError
+        from air.inference.broadcast_loading import BroadcastLoadError
 
         try:
             if route in LOAD_ROUTES:

@@ -2,7 +2,7 @@
 
 Tests and the no-GPU standalone mode need "a model" that the environment reaches exactly as it
 reaches vLLM: through ``openai.AsyncOpenAI`` over HTTP. This module serves a policy from
-:mod:`air.agents.policies` on ``/v1/chat/completions`` (plain and streamed), ``/v1/models`` and
+:mod:`air.policies.scripted` on ``/v1/chat/completions`` (plain and streamed), ``/v1/models`` and
 ``/health``, with starlette on uvicorn in a background thread (:class:`PolicyServer`), or in the
 foreground from the ``air policy-server`` command (:func:`serve_forever`, wired in ``air.cli.runs``).
 
@@ -24,13 +24,14 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
-from air.agents.openai_errors import describe_validation_error, error_body
-from air.agents.policies import Policy, make_policy
-from air.agents.vllm_api import VllmSampling, VllmSide
+from air.inference.chat_schema import ChatRequest
+from air.inference.openai_errors import describe_validation_error, error_body
+from air.inference.vllm_api import VllmSampling, VllmSide
+from air.policies.scripted import Policy, make_policy
 
 STARTUP_TIMEOUT_S = 30.0
 KEEP_ALIVE_S = 75  # seconds an idle keep-alive connection stays open (see start())
@@ -38,48 +39,6 @@ KEEP_ALIVE_S = 75  # seconds an idle keep-alive connection stays open (see start
 
 class PolicyServerError(RuntimeError):
     """The server could not start (address in use, startup failure)."""
-
-
-# --------------------------------------------------------------------------- request shape
-
-
-class ContentPart(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # image/audio parts carry more keys; only text matters here
-
-    type: str
-    text: str | None = None
-
-
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # name, tool_calls, ... are legal and irrelevant
-
-    role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[ContentPart] | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        if isinstance(self.content, list):
-            text = "".join(part.text or "" for part in self.content)
-        else:
-            text = self.content or ""
-        return {"role": self.role, "content": text}
-
-
-class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    include_usage: bool = False
-
-
-class ChatRequest(BaseModel):
-    # extra="ignore": clients send sampling knobs a scripted policy has no use for.
-    model_config = ConfigDict(extra="ignore")
-
-    model: str
-    messages: list[ChatMessage] = Field(min_length=1)
-    stream: bool = False
-    stream_options: StreamOptions | None = None
-    seed: int | None = None
-    n: int = Field(default=1, ge=1, le=16)
 
 
 # --------------------------------------------------------------------------- responses
@@ -98,7 +57,7 @@ class PolicyApp:
 
     def __init__(self, policy: Policy, model_name: str, seed: int, vllm: VllmSide | None = None) -> None:
         self.policy = policy
-        self.vllm = vllm  # answer like vLLM: token ids, logprobs, its admin routes (air.agents.vllm_api)
+        self.vllm = vllm  # answer like vLLM: token ids, logprobs, its admin routes (air.inference.vllm_api)
         self.policy_name = policy_name(policy)
         self.model_name = model_name
         self.seed = seed
@@ -289,7 +248,7 @@ class PolicyServer:
         spec = policy if isinstance(policy, str) else policy_name(self.policy)
         vllm = None
         if vllm_model is not None:
-            from air.agents.token_scorer import TokenScorer  # torch: only when asked for
+            from air.inference.token_scorer import TokenScorer  # torch: only when asked for
 
             model_name = model_name or str(vllm_model)
             vllm = VllmSide(TokenScorer(vllm_model, max_model_len), model_name, load_broadcasts)
@@ -308,6 +267,11 @@ class PolicyServer:
         host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
         host = f"[{host}]" if ":" in host else host
         return f"http://{host}:{self.port}/v1"
+
+    @property
+    def weight_updates(self) -> list[Any]:
+        """What the trainer's broadcasts asked of the server, in order (empty unless it answers like vLLM)."""
+        return self.app.vllm.weight_updates if self.app.vllm is not None else []
 
     @property
     def running(self) -> bool:

@@ -31,8 +31,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import TypeAdapter, ValidationError
 
-from air.agents.recipes import LANE_MERGE_STRATEGY, heredoc, train_script
 from air.env.actions import message_text, parse_action
+from air.policies.recipes import LANE_MERGE_STRATEGY, heredoc, train_script
 
 SPECS = ("baseline", "improve", "noisy", "replay:PATH", "script:PATH")
 
