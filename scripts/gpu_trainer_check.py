@@ -26,23 +26,21 @@ STEPS = 3
 
 def first_batch_samples(pin: str, run_dir: Path) -> list:
     """The trained samples of every recorded batch, as the rehearsal's report reads them (TrainedSample)."""
-    from air.rehearsal import live_trainer
-
     folders = sorted(
         (folder for folder in (run_dir / "rollouts").glob("step_*") if folder.name[5:].isdigit()),
         key=lambda folder: int(folder.name[5:]),
     )
     if pin == "c87":
-        from air.rehearsal.batches import read_batch
+        from air.rehearsal.classic.batches import read_batch, trained_samples
 
-        return live_trainer.classic_samples([read_batch(folder / "rollouts.bin")[1] for folder in folders])
-    from air.rehearsal.v1_batches import read_micro_batches
+        return trained_samples([read_batch(folder / "rollouts.bin")[1] for folder in folders])
+    from air.rehearsal.v1.batches import read_micro_batches, trained_samples
 
     samples = []
     for folder in folders:
         for path in sorted(folder.glob("rank_*.bin")):
             samples += read_micro_batches(path, int(folder.name[5:]))
-    return live_trainer.v1_samples(samples)
+    return trained_samples(samples)
 
 
 def jsonable(value):

@@ -175,3 +175,20 @@ def test_the_evaluation_scripts_need_only_the_standard_library() -> None:
         if name.split(".")[0] not in stdlib | local | {"__future__"} | OPTIONAL_IN_SCRIPTS
     }
     assert not wrong, sorted(wrong)
+
+
+REHEARSAL = PACKAGE / "rehearsal"
+GENERATION_FOLDERS = ("classic", "v1")  # air/rehearsal/<generation>/: one implementation each of its protocol
+
+
+def test_a_rehearsal_generation_never_imports_the_other() -> None:
+    wrong = [
+        f"{module} imports {target}"
+        for module, targets in _graph().items()
+        for generation in GENERATION_FOLDERS
+        if module.startswith(f"air.rehearsal.{generation}.")
+        for target in targets
+        for other in GENERATION_FOLDERS
+        if other != generation and target.startswith(f"air.rehearsal.{other}")
+    ]
+    assert not wrong, wrong

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from air.rehearsal.errors import RehearsalError
 from air.training.config_files import PRIME_RL_COMMIT
@@ -19,6 +21,15 @@ INSTALLS = {
 VENVS = (".venv-orchestrator", ".venv")  # the CPU install's, else a full install's
 ORCHESTRATOR_MODULE = "prime_rl.orchestrator.orchestrator"
 IMPORTING = "importing prime-rl's orchestrator (a fresh venv's first import can take minutes)"
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise RehearsalError(f"cannot read {path}: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise RehearsalError(f"{path} is not valid TOML: {exc}") from exc
 
 
 def find_orchestrator_python(

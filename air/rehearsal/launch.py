@@ -16,6 +16,7 @@ from typing import Any
 
 import air
 from air.rehearsal.errors import RehearsalError
+from air.rehearsal.settings import RehearsalSettings
 from air.training.process_control import live_processes, stop_processes
 from air.training.process_records import ProcessRecord, forget, record_launch, save
 
@@ -106,7 +107,13 @@ class Launched:
             forget(self.record)
 
 
-def wait_for_steps(orchestrator: Launched, others: list[Launched], trainer_log: Path, settings: Any, say) -> None:
+def wait_for_steps(
+    orchestrator: Launched,
+    others: list[Launched],
+    trainer_log: Path,
+    settings: RehearsalSettings,
+    say: Callable[[str, int, int], None],
+) -> None:
     """Until the orchestrator exits, with the stand-in trainer's finished steps as progress; a helper
     that dies first, the deadline, a failed exit or missing steps raise with the culprit's log."""
     deadline = time.monotonic() + settings.timeout_s

@@ -18,12 +18,14 @@ import json
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from air.rehearsal.errors import RehearsalError
 from air.rehearsal.launch import Launched, count_lines, entry_env, run_entry
+from air.rehearsal.settings import RehearsalSettings
 from air.rehearsal.trainer_report import TrainerRun, broadcast_loads, fixed_sample, latest_broadcast, read_steps
 
 ENTRIES = {"classic": "air.rehearsal.trainer_entry", "v1": "air.rehearsal.v1_trainer_entry"}
@@ -135,28 +137,6 @@ class TrainedSample:
     advantage_nonzero: bool
 
 
-def classic_samples(batches: list[list[Any]]) -> list[TrainedSample]:
-    """c87c19b's samples (``batches.Sample``: prompt and completion apart) as whole sequences."""
-    return [
-        TrainedSample(
-            sample.step,
-            [*sample.prompt_ids, *sample.completion_ids],
-            [False] * len(sample.prompt_ids) + [bool(m) for m in sample.completion_mask],
-            bool(sample.advantage) and any(sample.completion_mask),
-        )
-        for batch in batches
-        for sample in batch
-    ]
-
-
-def v1_samples(samples: list[Any]) -> list[TrainedSample]:
-    """Today's samples (``v1_batches.V1Sample``: one packed sequence each)."""
-    return [
-        TrainedSample(s.step, list(s.token_ids), [bool(m) for m in s.loss_mask], any(s.trained_advantages()))
-        for s in samples
-    ]
-
-
 def finish_trainer_run(
     run: TrainerRun,
     probe: Path,
@@ -190,8 +170,8 @@ def wait_for_training(
     trainer: Launched,
     others: list[Launched],
     probe: Path,
-    settings: Any,
-    say,
+    settings: RehearsalSettings,
+    say: Callable[[str, int, int], None],
     weight_updates: list[Any] | None = None,
 ) -> None:
     """Until both the orchestrator and the trainer have exited (the trainer trains on the last batch after
@@ -228,13 +208,11 @@ __all__ = [
     "CPU_GROUPS",
     "PROBE",
     "TrainedSample",
-    "classic_samples",
     "cpu_batch",
     "finish_trainer_run",
     "derive_trainer_config",
     "start_trainer",
     "trainer_device",
     "trainer_overrides",
-    "v1_samples",
     "wait_for_training",
 ]

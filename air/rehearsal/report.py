@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from air.rehearsal.figures import BatchFigures
 from air.rehearsal.trainer_report import TrainerRun, trainer_problems
 
 
@@ -108,7 +109,7 @@ class RehearsalReport:
 
 CANCELLED_SHARE_WARNING = 0.10
 
-BATCH_FIGURES = (  # fields both generations' batch figures carry under the report's names
+BATCH_FIGURES = (  # the batch figures' fields the report carries under the same names
     "rollouts",
     "masked",
     "samples",
@@ -123,6 +124,8 @@ BATCH_FIGURES = (  # fields both generations' batch figures carry under the repo
     "rollouts_without_samples",
     "loss_tokens",
     "loss_mask_problems",
+    "branch_points",
+    "branches_per_rollout",
 )
 
 
@@ -141,9 +144,9 @@ def step_timing(
 
 
 def report_from(
-    batch: Any, trainer: list[dict[str, Any]], elapsed: float, launched_at: float, episodes: Any, **rest: Any
+    batch: BatchFigures, trainer: list[dict[str, Any]], elapsed: float, launched_at: float, episodes: Any, **rest: Any
 ) -> RehearsalReport:
-    """A report from either generation's batch figures (``BatchFigures``, ``V1Figures``), the stand-in
+    """A report from either generation's batch figures, the stand-in
     trainer's lines, the run's wall time from ``launched_at``, the episodes the env ran (``launch.Episodes``)
     and the rest of the report's fields."""
     return RehearsalReport(

@@ -1,4 +1,4 @@
-"""Reading back what prime-rl's orchestrator hands its trainer (air/rehearsal/batches.py), on batches
+"""Reading back what prime-rl's orchestrator hands its trainer (air/rehearsal/classic/batches.py), on batches
 packed here the way msgspec packs prime-rl's TrainingBatch (positional arrays, trailing defaults left
 out), and the figures computed from them. The real orchestrator's files are read in the opt-in
 end-to-end test (test_rehearse_e2e.py)."""
@@ -10,7 +10,7 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from air.rehearsal.batches import BatchFormatError, figures, read_batch, split_rollouts
+from air.rehearsal.classic.batches import BatchFormatError, figures, read_batch, split_rollouts
 
 IM_START = 1  # stands for the chat template's turn marker
 

@@ -14,7 +14,7 @@ import pytest
 
 from air.cli.main import main
 from air.env.trajectory_reader import iter_trajectory_paths
-from air.rehearsal.batches import read_batch, split_rollouts
+from air.rehearsal.classic.batches import read_batch, split_rollouts
 from tests.opt_in import prime_rl_checkout
 
 CONFIG = """

@@ -9,8 +9,9 @@ import pytest
 
 from air.cli.main import main
 from air.rehearsal.checks import find_orchestrator_python
+from air.rehearsal.classic.plan import plan_config
 from air.rehearsal.errors import RehearsalError
-from air.rehearsal.rehearse import RehearsalReport, plan_config
+from air.rehearsal.report import RehearsalReport
 from air.training.config_files import PRIME_RL_COMMIT
 from tests.git_repo import git
 

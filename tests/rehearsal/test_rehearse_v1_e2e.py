@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from air.cli.main import main
-from air.rehearsal.v1_plan import free_port_block
+from air.rehearsal.v1.plan import free_port_block
 from air.sandbox.config import LABEL, LABEL_RUN
 from tests.opt_in import prime_rl_v1_checkout
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from air.rehearsal.launch import read_episodes
 from air.rehearsal.report import RehearsalReport
-from air.rehearsal.v1 import cancellations_logged
-from air.rehearsal.v1_branches import branch_causes
+from air.rehearsal.v1.branches import branch_causes
+from air.rehearsal.v1.generation import cancellations_logged
 
 MERGED = {1000: "hi"}  # a token the tokenizer merged: decodes to the same text as "h" + "i"
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from air.rehearsal.batches import BatchFormatError
 from air.rehearsal.errors import RehearsalError
-from air.rehearsal.v1_batches import branches_of, read_micro_batches, read_traces, v1_figures
-from air.rehearsal.v1_plan import check_external_servers, free_port_block, plan_v1, rehearsal_config
+from air.rehearsal.figures import BatchFormatError
+from air.rehearsal.v1.batches import branches_of, read_micro_batches, read_traces, v1_figures
+from air.rehearsal.v1.plan import check_external_servers, free_port_block, plan_v1, rehearsal_config
 
 PROMPT = [10, 11, 12]
 MARK = 99  # stands for <|im_start|>: an env turn's first token

@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from air.rehearsal.batches import BatchFormatError
-from air.rehearsal.v1_branches import branch_causes
+from air.rehearsal.figures import BatchFigures, BatchFormatError
+from air.rehearsal.live_trainer import TrainedSample
+from air.rehearsal.v1.branches import branch_causes
 
 MICRO_BATCH_FIELDS = ("input_ids", "loss_mask", "advantages", "inference_logprobs", "position_ids")
 
@@ -135,28 +136,6 @@ def branches_of(nodes: list[dict[str, Any]]) -> list[tuple[list[int], list[bool]
     return branches
 
 
-@dataclass
-class V1Figures:
-    steps: int
-    samples: int
-    rollouts: int
-    masked: int  # errored rollouts: prime-rl drops them (nothing trained)
-    masked_samples: int
-    reward_mean: float
-    advantage_nonzero_share: float
-    groups: int
-    zero_advantage_groups: int
-    advantages_match_rewards: bool
-    rollouts_without_samples: int
-    loss_mask_ok: bool
-    loss_mask_problems: list[str]
-    samples_per_rollout: float
-    loss_tokens: int
-    by_source: dict[str, dict[str, int]] = field(default_factory=dict)
-    branch_points: dict[str, int] = field(default_factory=dict)  # by cause (v1_branches)
-    branches_per_rollout: float = 0.0  # samples a rollout makes before zero-advantage samples are dropped
-
-
 def v1_figures(
     samples: list[V1Sample],
     traces: list[V1Trace],
@@ -164,7 +143,7 @@ def v1_figures(
     check_advantages: bool = True,
     tolerance: float = 1e-5,
     decode: Any = None,
-) -> V1Figures:
+) -> BatchFigures:
     """``special_ids``: tokens a model turn never trains on but an env turn starts with (ChatML's
     ``<|im_start|>``). ``check_advantages``: GRPO without length shaping, whose rule is checked.
     ``decode``: token ids -> text (special tokens kept), to tell the branch points' causes."""
@@ -215,7 +194,7 @@ def v1_figures(
     branch_points: Counter[str] = Counter()
     for trace in traces:
         branch_points += branch_causes(trace.nodes, decode or (lambda ids: " ".join(map(str, ids))))
-    return V1Figures(
+    return BatchFigures(
         steps=len(steps),
         samples=len(samples),
         rollouts=len(traces),
@@ -243,6 +222,14 @@ def v1_figures(
             else 0.0
         ),
     )
+
+
+def trained_samples(samples: list[V1Sample]) -> list[TrainedSample]:
+    """The samples (one packed sequence each) as the trainer trains on them."""
+    return [
+        TrainedSample(s.step, list(s.token_ids), [bool(m) for m in s.loss_mask], any(s.trained_advantages()))
+        for s in samples
+    ]
 
 
 def _same_mask(sample: V1Sample, mask: list[bool]) -> bool:

@@ -1,4 +1,4 @@
-"""What prime-rl's orchestrator handed its trainer, read back and summarised.
+"""What prime-rl c87c19b's orchestrator handed its trainer, read back and summarised.
 
 The orchestrator writes each step's batch to ``<output_dir>/rollouts/step_k/rollouts.bin``: msgpack,
 written by msgspec from ``prime_rl.transport.types.TrainingBatch`` with ``array_like=True`` and
@@ -20,6 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from air.rehearsal.figures import BatchFigures, BatchFormatError
+from air.rehearsal.live_trainer import TrainedSample
+
 SAMPLE_FIELDS = (
     "prompt_ids",
     "prompt_mask",
@@ -31,10 +34,6 @@ SAMPLE_FIELDS = (
     "advantage",
     "reward",
 )
-
-
-class BatchFormatError(ValueError):
-    """A rollouts.bin that is not the TrainingBatch layout this reader knows (prime-rl moved?)."""
 
 
 @dataclass
@@ -123,25 +122,6 @@ def _continues(previous: Sample, sample: Sample) -> bool:
     return extends and sample.reward == previous.reward and sample.advantage == previous.advantage
 
 
-@dataclass
-class BatchFigures:
-    steps: int
-    samples: int
-    rollouts: int
-    masked: int  # rollouts with nothing to train on
-    masked_samples: int
-    reward_mean: float
-    advantage_nonzero_share: float
-    groups: int
-    zero_advantage_groups: int
-    advantages_match_rewards: bool  # advantage == reward - mean(group rewards), prime-rl's rule at the pin
-    rollouts_without_samples: int  # failed before their first model turn: no sample, yet in their group's mean
-    loss_mask_ok: bool
-    loss_mask_problems: list[str]
-    samples_per_rollout: float
-    loss_tokens: int
-
-
 def figures(
     batches: list[list[Sample]],
     strategy: str,
@@ -196,6 +176,20 @@ def figures(
         samples_per_rollout=len(all_samples) / len(rollouts) if rollouts else 0.0,
         loss_tokens=sum(sum(s.completion_mask) for s in all_samples),
     )
+
+
+def trained_samples(batches: list[list[Sample]]) -> list[TrainedSample]:
+    """The samples (prompt and completion apart) as whole sequences, as the trainer trains on them."""
+    return [
+        TrainedSample(
+            sample.step,
+            [*sample.prompt_ids, *sample.completion_ids],
+            [False] * len(sample.prompt_ids) + [bool(m) for m in sample.completion_mask],
+            bool(sample.advantage) and any(sample.completion_mask),
+        )
+        for batch in batches
+        for sample in batch
+    ]
 
 
 def _mean(values: list[float]) -> float:

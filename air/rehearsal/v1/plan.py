@@ -51,6 +51,10 @@ class V1Plan:
     dropped: list[str] = field(default_factory=list)
 
     @property
+    def max_model_len(self) -> int | None:
+        return self.seq_len
+
+    @property
     def env_images(self) -> list[str]:
         """The images the rehearsal's own env servers need ("" for the recipe's tag)."""
         return sorted({str(s.taskset.get("image") or "") for s in self.sources if not s.external})
