@@ -15,8 +15,9 @@
 #   c87/batches.tar.gz        run_default/{control/orch.toml, rollouts/step_k/rollouts.bin}
 #   v1/batches.tar.gz         configs/trainer.json, run/rollouts/step_k/rank_0.bin
 #   tiny-model.tar.gz         the project's tiny model
-# Import-only stand-ins are not bundled: they travel in the working tree (scripts/cpu_stand_ins,
-# scripts/gpu_stand_ins).
+# Neither the trainer entries (prime_rl_side/air_prime_rl) nor the import-only stand-ins
+# (prime_rl_side/stand_ins/{cpu,gpu}) are bundled: they travel in the working tree, and gpu_trainer_check.sh
+# puts them on the check's path.
 #
 # --python-version 3.11 downloads cp311 wheels, for a local rehearsal of the GPU run on this CPU
 # (GPU_BASE_PYTHON=... bash scripts/gpu_trainer_check.sh). --cpu-sized N keeps only the first N samples of

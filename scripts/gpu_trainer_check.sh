@@ -71,11 +71,12 @@ make_venv() {
         fi
         echo "$work/titan"
         echo "$ROOT"
+        echo "$ROOT/prime_rl_side" # air_prime_rl: the trainer entries, as install_prime_rl.sh installs them
         # The base's site-packages (their own .pth files processed too), after the pin's wheels.
         local dir
         for dir in $base_sites; do echo "import site; site.addsitedir('$dir')"; done
-        echo "$ROOT/scripts/gpu_stand_ins"
-        echo "$ROOT/scripts/cpu_stand_ins" # flash_attn (+ dist-info), vLLM's NCCL classes, dion
+        echo "$ROOT/prime_rl_side/stand_ins/gpu"
+        echo "$ROOT/prime_rl_side/stand_ins/cpu" # flash_attn (+ dist-info), vLLM's NCCL classes, dion
     } >"$site/zz_air_gpu_check.pth"
 }
 
@@ -94,18 +95,18 @@ run_pin() {
         printf '{"model_dir": "%s", "output_dir": "%s", "max_steps": 3, "device": "%s"}\n' \
             "$model" "$work/data" "$DEVICE" >"$work/overrides.json"
         started=$(now)
-        "$py" -m air.rehearsal.trainer_entry derive "$C87_RL_TOML" "$work/overrides.json" "$config" \
+        "$py" -m air_prime_rl.classic.trainer derive "$C87_RL_TOML" "$work/overrides.json" "$config" \
             >"$OUT/$pin-derive.log" 2>&1 || rc=$?
-        entry=air.rehearsal.trainer_entry
+        entry=air_prime_rl.classic.trainer
     else
         run_dir=$work/data/run
         config=$work/trainer-rehearsal.json
         printf '{"model_dir": "%s", "output_dir": "%s", "max_steps": 3, "device": "%s"}\n' \
             "$model" "$run_dir" "$DEVICE" >"$work/overrides.json"
         started=$(now)
-        "$py" -m air.rehearsal.v1_trainer_entry adapt "$work/data/configs/trainer.json" "$work/overrides.json" \
+        "$py" -m air_prime_rl.v1.trainer adapt "$work/data/configs/trainer.json" "$work/overrides.json" \
             "$config" >"$OUT/$pin-derive.log" 2>&1 || rc=$?
-        entry=air.rehearsal.v1_trainer_entry
+        entry=air_prime_rl.v1.trainer
     fi
     derive_s=$(since "$started")
     if ((rc != 0)); then

@@ -1,10 +1,10 @@
 # Sourced by install_prime_rl.sh --cpu-trainer, after install_orchestrator_only.sh built $VENV ($DIR, $VENV,
 # $GENERATION, $AIR_DIR set). Adds what prime-rl's own trainer entry point needs to run on the CPU, for
-# `air rehearse --trainer` (air/rehearsal/trainer_entry.py, air/rehearsal/cpu_torch.py):
+# `air rehearse --trainer` (air_prime_rl.classic.trainer and air_prime_rl.cpu_torch, in prime_rl_side/):
 #   classic (c87c19b): the trainer's packages at the versions of prime-rl's uv.lock (as constraints),
 #       torchtitan at the lock's git revision (PRIME_RL_TORCHTITAN may name a requirement or a path instead;
 #       its dependencies, tensorboard among them, at the lock's versions), and import-only stand-ins for
-#       flash_attn, vLLM's NCCL classes and dion (scripts/cpu_stand_ins) on the venv's path.
+#       flash_attn, vLLM's NCCL classes and dion (prime_rl_side/stand_ins/cpu) on the venv's path.
 #   v1 (today's): scripts/install_cpu_trainer_v1.sh.
 # Idempotent: a venv where the trainer already imports is only checked.
 
@@ -57,8 +57,9 @@ TRAINER_PACKAGES=(beartype jaxtyping torchdata tyro ring-flash-attn prometheus-c
 # ring-flash-attn asks for flash-attn (CUDA; a stand-in here).
 TRAINER_NO_DEPS='^(ring-flash-attn)$'
 TRAINER_CHECK='import prime_rl.trainer.rl.train, prime_rl.orchestrator.orchestrator, air_mlgym, torchtitan
-import air.rehearsal.trainer_entry, air.rehearsal.cpu_torch'
+import air_prime_rl.classic.trainer, air_prime_rl.cpu_torch'
 
+install_air_side "$PY" 1 # the stand-ins: the trainer imports all three at load (install_orchestrator_only.sh)
 if "$PY" -c "$TRAINER_CHECK" >/dev/null 2>&1; then
     say "the trainer already imports in $VENV (CPU trainer ready)"
 else
@@ -70,14 +71,10 @@ else
     say "installing the trainer's packages: ${TRAINER_PACKAGES[*]}, torchtitan ($TITAN)"
     install_trainer_packages "$trainer_work" "$TRAINER_NO_DEPS" "$TITAN" "${TRAINER_PACKAGES[@]}"
     rm -rf "$trainer_work"
-
-    say "putting the import-only stand-ins (flash_attn, vLLM's NCCL classes, dion) on $VENV's path"
     site=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-    # After the installed packages (zz_): a real flash-attn, vLLM or dion would win.
-    echo "$AIR_DIR/scripts/cpu_stand_ins" >"$site/zz_air_cpu_stand_ins.pth"
     "$PY" -m compileall -q -j 0 "$site" >/dev/null 2>&1 || true
 
     report=$("$PY" -c "$TRAINER_CHECK" 2>&1) ||
         die "prime-rl's trainer does not import in $VENV: $(tail -n 3 <<<"$report")"
-    echo "    prime_rl.trainer.rl.train imports in $VENV (on the CPU: air/rehearsal/trainer_entry.py runs it)"
+    echo "    prime_rl.trainer.rl.train imports in $VENV (on the CPU: air_prime_rl.classic.trainer runs it)"
 fi

@@ -1,14 +1,14 @@
 # Sourced by scripts/install_cpu_trainer.sh for GENERATION=v1 (prime-rl main, e.g. 559b447), after
 # install_orchestrator_only.sh built $VENV (set -euo pipefail; `say`, `die`, $DIR, $AIR_DIR, $VENV set; $PY
 # may be). Adds what main's own trainer entry point (prime_rl.trainer.rl.train, run on the CPU by
-# air/rehearsal/v1_trainer_entry.py) needs beyond the orchestrator's venv:
+# air_prime_rl.v1.trainer in prime_rl_side/) needs beyond the orchestrator's venv:
 #   - the trainer's packages at the versions of main's uv.lock (as constraints). The orchestrator venv
 #     already holds main's dependencies less the GPU-only ones, so this normally installs nothing; torch
 #     stays the orchestrator venv's CPU build;
-#   - import-only stand-ins on the venv's path, after site-packages (scripts/cpu_stand_ins): dion (main's
+#   - import-only stand-ins on the venv's path, after site-packages (prime_rl_side/stand_ins/cpu): dion (main's
 #     optimizer module imports `dion.Muon` at load; the rehearsal trains with AdamW), flash_attn and vLLM's
 #     NCCL classes. tilelang (sparse-MLA kernels) is imported only by DeepSeek-style models: not needed.
-#     flash-attn 2's varlen call is computed by air/rehearsal/sdpa_varlen.py at run time (not installed).
+#     flash-attn 2's varlen call is computed by air_prime_rl.sdpa_varlen at run time (not installed).
 # Idempotent: a venv where the trainer already imports is only checked.
 
 PY=${PY:-"$VENV/bin/python"}
@@ -20,21 +20,11 @@ V1_TRAINER_PACKAGES=(beartype jaxtyping tyro torchdata msgspec tenacity setproct
 V1_TRAINER_NO_DEPS='^(ring-flash-attn)$'
 V1_TRAINER_CHECK='import prime_rl.trainer.rl.train, prime_rl.orchestrator.orchestrator, prime_rl.entrypoints.env_server
 import air_mlgym, torchtitan, dion, flash_attn
-import air.rehearsal.v1_trainer_entry, air.rehearsal.v1_cpu, air.rehearsal.cpu_torch, air.rehearsal.sdpa_varlen
+import air_prime_rl.v1.trainer, air_prime_rl.v1.cpu, air_prime_rl.cpu_torch, air_prime_rl.sdpa_varlen
 from prime_rl.configs.trainer import TrainerConfig'
 
-v1_stand_ins_on_path() {
-    local site
-    site=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-    # After the installed packages (zz_): a real flash-attn, vLLM or dion would win.
-    if [[ "$(cat "$site/zz_air_cpu_stand_ins.pth" 2>/dev/null)" != "$AIR_DIR/scripts/cpu_stand_ins" ]]; then
-        say "putting the import-only stand-ins (dion, flash_attn, vLLM's NCCL classes) on $VENV's path"
-        echo "$AIR_DIR/scripts/cpu_stand_ins" >"$site/zz_air_cpu_stand_ins.pth"
-    fi
-}
-
 [[ -x "$PY" ]] || die "no Python in $VENV (install_orchestrator_only.sh builds it first)"
-v1_stand_ins_on_path
+install_air_side "$PY" 1 # air_prime_rl and the stand-ins (install_orchestrator_only.sh)
 
 if "$PY" -c "$V1_TRAINER_CHECK" >/dev/null 2>&1; then
     say "main's trainer already imports in $VENV (CPU trainer ready)"
@@ -49,4 +39,4 @@ fi
 
 v1_report=$("$PY" -c "$V1_TRAINER_CHECK" 2>&1) ||
     die "prime-rl main's trainer does not import in $VENV: $(tail -n 3 <<<"$v1_report")"
-echo "    prime_rl.trainer.rl.train imports in $VENV (on the CPU: air/rehearsal/v1_trainer_entry.py runs it)"
+echo "    prime_rl.trainer.rl.train imports in $VENV (on the CPU: air_prime_rl.v1.trainer runs it)"

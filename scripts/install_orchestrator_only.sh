@@ -8,9 +8,31 @@
 #       prime-pydantic-config are submodules there: taken from deps/ when checked out, else verifiers from
 #       VERIFIERS_REPO at the submodule's commit and the other two from PyPI (said); prime-rl-configs put on
 #       the path from the checkout, like prime-rl's source (both declare Python 3.12 only).
+# Both: this checkout's side of the rehearsal, prime_rl_side/ (package air_prime_rl, editable; the import-only
+# stand-ins on the path where needed): install_air_side.
 # Idempotent: a venv that already imports everything is only checked.
 
 VENV="$DIR/.venv-orchestrator"
+AIR_SIDE="$AIR_DIR/prime_rl_side"     # what air rehearse runs in prime-rl's venv: package air_prime_rl
+CPU_STAND_INS="$AIR_SIDE/stand_ins/cpu" # import-only flash_attn, vLLM's NCCL classes, dion
+
+# PY gets package air_prime_rl from this checkout (editable) and, where WANT_STAND_INS is 1 or the venv had them
+# (a venv built before they moved from scripts/cpu_stand_ins), the stand-ins after site-packages (zz_: a real
+# flash-attn, vLLM or dion would win). Idempotent: only what is missing or points elsewhere is redone.
+install_air_side() { # PY WANT_STAND_INS
+    local py=$1 want=$2 site pth
+    site=$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') || die "no Python at $py"
+    pth=$site/zz_air_cpu_stand_ins.pth
+    if [[ $want == 1 || -f $pth ]] && [[ "$(cat "$pth" 2>/dev/null)" != "$CPU_STAND_INS" ]]; then
+        say "putting the import-only stand-ins (flash_attn, vLLM's NCCL classes, dion) on $py's path"
+        echo "$CPU_STAND_INS" >"$pth"
+    fi
+    if ! "$py" -c 'import sys, air_prime_rl; sys.exit(not air_prime_rl.__file__.startswith(sys.argv[1]))' \
+        "$AIR_SIDE/" 2>/dev/null; then
+        say "installing air_prime_rl (editable, $AIR_SIDE): what air rehearse runs in prime-rl's venv"
+        uv pip install --quiet --python "$py" --no-deps -e "$AIR_SIDE" || die "uv pip install -e $AIR_SIDE failed"
+    fi
+}
 # prime-rl declares Python 3.12; its orchestrator also runs on 3.11, the only one some machines have (and uv
 # may not be able to download another): take 3.12 where uv finds one on this machine, else 3.11.
 if [[ -n "${PRIME_RL_PYTHON:-}" ]]; then
@@ -33,7 +55,7 @@ ORCHESTRATOR_PACKAGES=(
 )
 # Today's prime-rl: its dependencies that need a GPU, a CUDA build, Python 3.12 or a git host, left out.
 # (torchtitan, a git source, comes below; flash-attn and vLLM's NCCL classes, imported at load by its
-# orchestrator, get import-only stand-ins: scripts/cpu_stand_ins.)
+# orchestrator, get import-only stand-ins: prime_rl_side/stand_ins/cpu.)
 GPU_ONLY='^(vllm|vllm-router|flash-attn.*|flash_attn.*|torchtitan|tilelang|dion|deep-ep|deep-gemm|nixl.*|mooncake-transfer-engine|torchvision|torchaudio|liger-kernel|prime-kernels)$'
 # Installed without their dependencies: modelexpress 0.3.0 (imported by today's orchestrator) asks for
 # protobuf < 6, prime-sandboxes for >= 6.31; its generated code runs on protobuf 6. Its other needs that
@@ -41,11 +63,12 @@ GPU_ONLY='^(vllm|vllm-router|flash-attn.*|flash_attn.*|torchtitan|tilelang|dion|
 # triton come to prime-rl with vLLM and CUDA torch; its orchestrator imports both (triton imports on a CPU).
 NO_DEPS='^(modelexpress)$'
 V1_EXTRA_PACKAGES=(grpcio prometheus-client triton)
-IMPORT_CHECK='import prime_rl.orchestrator.orchestrator, air_mlgym, transformers, torch, verifiers
+IMPORT_CHECK='import prime_rl.orchestrator.orchestrator, air_mlgym, air_prime_rl.classic.entry, transformers, torch
+import verifiers
 print(verifiers.__version__, torch.__version__)'
 if [[ $GENERATION == v1 ]]; then
     IMPORT_CHECK='import prime_rl.orchestrator.orchestrator, prime_rl.entrypoints.env_server, prime_rl.configs.rl
-import air_mlgym, transformers, torch, verifiers
+import air_mlgym, air_prime_rl.v1.entry, transformers, torch, verifiers
 air_mlgym.MLGymTaskset
 print(verifiers.__version__, torch.__version__)'
 fi
@@ -54,6 +77,8 @@ orchestrator_ready() {
     [[ -x "$VENV/bin/python" ]] && "$VENV/bin/python" -c "$IMPORT_CHECK" >/dev/null 2>&1
 }
 
+# A venv from an earlier run: this checkout's side brought up to date first (cheap), then checked as a whole.
+[[ ! -x "$VENV/bin/python" ]] || install_air_side "$VENV/bin/python" "$([[ $GENERATION == v1 ]] && echo 1 || echo 0)"
 if orchestrator_ready; then
     say "orchestrator venv $VENV already has what it needs (air_mlgym imports there)"
 else
@@ -179,13 +204,11 @@ PY
     site=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
     echo "$DIR/src" >"$site/prime_rl_source.pth"
     [[ ! -d "$DIR/packages/prime-rl-configs/src" ]] || echo "$DIR/packages/prime-rl-configs/src" >>"$site/prime_rl_source.pth"
-    if [[ $GENERATION == v1 ]]; then  # after the installed packages: a real flash-attn or vLLM would win
-        echo "$AIR_DIR/scripts/cpu_stand_ins" >"$site/zz_air_cpu_stand_ins.pth"
-    fi
 
     say "installing air-agent[tiny] (editable)"
     uv pip install --quiet --python "$PY" --constraint "$work/constraints.txt" -e "$AIR_DIR[tiny]" ||
         die "uv pip install -e $AIR_DIR[tiny] failed"
+    install_air_side "$PY" "$([[ $GENERATION == v1 ]] && echo 1 || echo 0)"
 
     # Compiled now, once: a first import that compiles torch, transformers and prime-rl from source took
     # 138 s on a loaded 2-core host (and never gets faster where PYTHONDONTWRITEBYTECODE is set).

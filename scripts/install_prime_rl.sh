@@ -13,13 +13,15 @@
 #   --orchestrator-only
 #       Only what prime-rl's orchestrator needs, for `air rehearse` on a machine without CUDA: a venv in
 #       DIR/.venv-orchestrator with CPU torch (no vLLM, no flash-attn, no CUDA torch where the CPU index is
-#       reachable), prime-rl's source on its path, its pinned verifiers build, and air-agent[tiny].
+#       reachable), prime-rl's source on its path, its pinned verifiers build, air-agent[tiny] and air_prime_rl
+#       (prime_rl_side/: what air rehearse runs there).
 #       Versions come from prime-rl's own uv.lock (as constraints). Leaves DIR/.venv alone. Python 3.12 where
 #       uv finds one (prime-rl's), else this machine's 3.11.4+ (both run the orchestrator; the script says which).
 #   --cpu-trainer
 #       Also what prime-rl's trainer needs to run on the CPU, for `air rehearse --trainer`; implies
 #       --orchestrator-only (scripts/install_cpu_trainer.sh: the trainer's packages at uv.lock's versions,
-#       torchtitan at the lock's revision, import-only stand-ins for flash_attn, vLLM's NCCL classes and dion).
+#       torchtitan at the lock's revision, import-only stand-ins for flash_attn, vLLM's NCCL classes and dion:
+#       prime_rl_side/stand_ins/cpu).
 #
 # Environment: PRIME_RL_REPO  clone source (default GitHub; a mirror or a local clone works too)
 #              PRIME_RL_COMMIT  the same as --commit (the option wins)
@@ -133,6 +135,10 @@ verifiers_before=$("$PY" -c 'import importlib.metadata as m; print(m.version("ve
 # Editable, so configs/ and code changes in $AIR_DIR apply without reinstalling. No extra: air-agent's base
 # dependencies leave verifiers to prime-rl, whose pinned build serves the front of its generation.
 uv pip install --quiet --python "$PY" -e "$AIR_DIR" || die "uv pip install -e $AIR_DIR failed"
+# What air rehearse runs in prime-rl's venv (prime_rl_side/, package air_prime_rl; standard library, torch and
+# prime-rl only): editable too, no dependencies of its own.
+uv pip install --quiet --python "$PY" --no-deps -e "$AIR_DIR/prime_rl_side" ||
+    die "uv pip install -e $AIR_DIR/prime_rl_side failed"
 verifiers_after=$("$PY" -c 'import importlib.metadata as m; print(m.version("verifiers"))' 2>/dev/null || echo none)
 if [[ "$verifiers_before" != none && "$verifiers_before" != "$verifiers_after" ]]; then
     die "installing air-agent changed prime-rl's verifiers ($verifiers_before -> $verifiers_after); please report this"

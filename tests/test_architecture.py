@@ -181,6 +181,18 @@ REHEARSAL = PACKAGE / "rehearsal"
 GENERATION_FOLDERS = ("classic", "v1")  # air/rehearsal/<generation>/: one implementation each of its protocol
 
 
+def test_the_rehearsal_has_no_generation_twins() -> None:
+    """One path over both prime-rl generations: a generation's code lives in its own folder, never as a
+    ``v1_<x>.py`` (or ``classic_<x>.py``) beside ``<x>.py``."""
+    twins = [
+        str(path.relative_to(ROOT))
+        for path in REHEARSAL.rglob("*.py")
+        for prefix in (f"{g}_" for g in GENERATION_FOLDERS)
+        if path.stem.startswith(prefix) and (path.parent / f"{path.stem[len(prefix) :]}.py").exists()
+    ]
+    assert not twins, twins
+
+
 def test_a_rehearsal_generation_never_imports_the_other() -> None:
     wrong = [
         f"{module} imports {target}"
@@ -192,3 +204,44 @@ def test_a_rehearsal_generation_never_imports_the_other() -> None:
         if other != generation and target.startswith(f"air.rehearsal.{other}")
     ]
     assert not wrong, wrong
+
+
+PRIME_RL_SIDE = ROOT / "prime_rl_side"  # what runs inside prime-rl's venv: package air_prime_rl, the stand-ins
+# What air_prime_rl may import besides the standard library, torch, prime_rl and itself: packages prime-rl's own
+# venv provides that it already uses (prime-rl's dependencies at both pins), each with why.
+PRIME_RL_VENV_PROVIDES = {
+    "msgspec",  # classic.entry: prime-rl's own batch decoder (TrainingBatch is a msgspec struct)
+    "tomli_w",  # classic.entry, classic.trainer: the derived configs written as TOML, as prime-rl writes them
+    "flash_attn",  # v1.trainer: whether flash-attn is real or the import-only stand-in (stand_ins/cpu)
+}
+
+
+def test_the_prime_rl_side_imports_only_the_standard_library_torch_and_prime_rl() -> None:
+    """prime_rl_side/air_prime_rl runs in someone else's environment (prime-rl's venv, started by air
+    rehearse): never `air`, nor anything that venv may lack."""
+    allowed = set(sys.stdlib_module_names) | {"__future__", "torch", "prime_rl", "air_prime_rl"}
+    allowed |= PRIME_RL_VENV_PROVIDES
+    package = PRIME_RL_SIDE / "air_prime_rl"
+    wrong = {
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in package.rglob("*.py")
+        for name in _imports(path)
+        if name.split(".")[0] not in allowed
+    }
+    assert not wrong, sorted(wrong)
+    assert {p.stem for p in package.rglob("*.py")} >= {"entry", "trainer", "cpu_torch", "sdpa_varlen", "trainer_probe"}
+
+
+def test_the_import_stand_ins_import_only_the_standard_library_and_each_other() -> None:
+    """prime_rl_side/stand_ins/{cpu,gpu}: import-only packages put on prime-rl's venv path after its own."""
+    stand_ins = PRIME_RL_SIDE / "stand_ins"
+    own = {p.name for folder in stand_ins.iterdir() if folder.is_dir() for p in folder.iterdir() if p.is_dir()}
+    allowed = set(sys.stdlib_module_names) | {"__future__"} | own
+    wrong = {
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in stand_ins.rglob("*.py")
+        for name in _imports(path)
+        if name.split(".")[0] not in allowed
+    }
+    assert not wrong, sorted(wrong)
+    assert "air_prime_rl" not in own  # the package is installed, never put on the path as a stand-in

@@ -20,6 +20,8 @@ from air.rehearsal.settings import RehearsalSettings
 from air.training.process_control import live_processes, stop_processes
 from air.training.process_records import ProcessRecord, forget, record_launch, save
 
+PRIME_RL_SIDE = "prime_rl_side"  # the checkout's folder of package air_prime_rl: what runs in prime-rl's venv
+
 
 def new_output_folder(explicit: Path | None) -> Path:
     out = (explicit or Path("outputs/rehearse") / time.strftime("%Y%m%d-%H%M%S")).resolve()
@@ -47,10 +49,12 @@ def tiny_model(explicit: Path | None, say: Callable[[str, int, int], None]) -> P
 
 
 def entry_env() -> dict[str, str]:
-    """The environment of prime-rl's processes: offline, this checkout's ``air`` first on the path."""
-    project = str(Path(air.__file__).resolve().parent.parent)
+    """The environment of prime-rl's processes: offline, this checkout's ``air`` and ``air_prime_rl`` (its
+    entries, installed there by install_prime_rl.sh) first on the path."""
+    project = Path(air.__file__).resolve().parent.parent
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    env["PYTHONPATH"] = os.pathsep.join([project, *filter(None, [os.environ.get("PYTHONPATH")])])
+    first = [str(project), str(project / PRIME_RL_SIDE)]
+    env["PYTHONPATH"] = os.pathsep.join([*first, *filter(None, [os.environ.get("PYTHONPATH")])])
     env["OPENAI_API_KEY"] = "rehearsal"  # the scripted server takes any key; prime-rl sends this one
     env["VLLM_API_KEY"] = "rehearsal"
     env["WANDB_MODE"] = "disabled"

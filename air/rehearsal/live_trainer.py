@@ -2,10 +2,11 @@
 
 The trainer config is what prime-rl's own ``RLConfig`` derives from the same TOML (LoRA and optimizer as
 configured), changed only where the rehearsal must: the tiny model, the rehearsal's folder, ``--steps``,
-no W&B, and on a machine without CUDA what makes a CPU step fast (:mod:`.trainer_entry`,
-:mod:`.v1_trainer_entry`). It starts the way ``rl`` starts it, under ``torch.distributed.run`` with one
-process, and measures each step into ``trainer-steps.jsonl``. The orchestrator waits for its broadcasts as
-in a real run, and the scripted server loads each one (``PolicyServer(load_broadcasts=True)``).
+no W&B, and on a machine without CUDA what makes a CPU step fast (``air_prime_rl.classic.trainer``,
+``air_prime_rl.v1.trainer`` in prime_rl_side/). It starts the way ``rl`` starts it, under
+``torch.distributed.run`` with one process, and measures each step into ``trainer-steps.jsonl``. The
+orchestrator waits for its broadcasts as in a real run, and the scripted server loads each one
+(``PolicyServer(load_broadcasts=True)``).
 
 On the CPU the orchestrator's batch is cut to at most ``CPU_GROUPS`` groups (beside the orchestrator and
 the containers on 2 cores, a step of ``rl_2gpu``'s 16 rollouts takes about a minute of compute, two groups
@@ -28,7 +29,7 @@ from air.rehearsal.launch import Launched, count_lines, entry_env, run_entry
 from air.rehearsal.settings import RehearsalSettings
 from air.rehearsal.trainer_report import TrainerRun, broadcast_loads, fixed_sample, latest_broadcast, read_steps
 
-ENTRIES = {"classic": "air.rehearsal.trainer_entry", "v1": "air.rehearsal.v1_trainer_entry"}
+ENTRIES = {"classic": "air_prime_rl.classic.trainer", "v1": "air_prime_rl.v1.trainer"}  # prime_rl_side/
 PROBE = "trainer-steps.jsonl"
 CPU_GROUPS = 2  # groups per step on the CPU: two, so that one group with equal rewards still leaves a gradient
 
@@ -37,7 +38,7 @@ def trainer_device(python: Path, generation: str, root: Path) -> str:
     """Where prime-rl's venv would train: "cuda" when its torch sees a GPU, else "cpu". Its trainer must
     import there (it is not part of the orchestrator's install), else the fix is named before any start."""
     probe = (
-        "import torch, prime_rl.trainer.rl.train, air.rehearsal.cpu_torch\n"
+        "import torch, prime_rl.trainer.rl.train, air_prime_rl.cpu_torch\n"
         "print('cuda' if torch.cuda.is_available() else 'cpu')"
     )
     try:

@@ -27,7 +27,7 @@ from air.rehearsal.settings import RehearsalSettings
 if TYPE_CHECKING:
     from air.inference.server import PolicyServer
 
-ENTRY = "air.rehearsal.orchestrator_entry"
+ENTRY = "air_prime_rl.classic.entry"  # in prime-rl's venv (prime_rl_side/)
 ORCHESTRATOR_KEYS = (
     "reward/mean",
     "error/mean",

@@ -40,7 +40,7 @@ from air.rehearsal.v1.plan import (
 if TYPE_CHECKING:
     from air.inference.server import PolicyServer
 
-ENTRY = "air.rehearsal.v1_entry"
+ENTRY = "air_prime_rl.v1.entry"  # in prime-rl's venv (prime_rl_side/)
 ENV_SERVER = "prime_rl.entrypoints.env_server"
 ORCHESTRATOR = "prime_rl.entrypoints.orchestrator"
 # The file monitor's aggregate over every source and episode of a step; a seat's keys carry its name

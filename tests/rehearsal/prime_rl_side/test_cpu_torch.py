@@ -1,4 +1,4 @@
-"""air/rehearsal/cpu_torch.py: a CUDA-only training step runs on the CPU once CUDA is redirected.
+"""prime_rl_side/air_prime_rl/cpu_torch.py: a CUDA-only training step runs on the CPU once CUDA is redirected.
 
 Each check runs in a fresh interpreter: the redirection patches torch for the life of its process.
 """
@@ -6,24 +6,27 @@ Each check runs in a fresh interpreter: the redirection patches torch for the li
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
 
 import pytest
 
+from tests.rehearsal.prime_rl_side import PRIME_RL_SIDE
+
 torch = pytest.importorskip("torch", reason="torch is not installed in this venv")
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="a real GPU: the redirection is a no-op")
 
-# A training step written for CUDA, as prime-rl's trainer writes it, measured by trainer_entry's probe.
+# A training step written for CUDA, as prime-rl's trainer writes it, measured by the trainer entries' probe.
 STEP = textwrap.dedent(
     """
     import json, sys
     from pathlib import Path
     import torch
     import torch.distributed as dist
-    from air.rehearsal.cpu_torch import redirect_cuda_to_cpu
-    from air.rehearsal.trainer_probe import Probe
+    from air_prime_rl.cpu_torch import redirect_cuda_to_cpu
+    from air_prime_rl.trainer_probe import Probe
 
     if sys.argv[1] == "redirect":
         assert redirect_cuda_to_cpu()
@@ -55,12 +58,14 @@ STEP = textwrap.dedent(
 
 
 def run_step(tmp_path, mode: str) -> subprocess.CompletedProcess:
+    path = os.pathsep.join(filter(None, [str(PRIME_RL_SIDE), os.environ.get("PYTHONPATH")]))
     return subprocess.run(
         [sys.executable, "-c", STEP, mode, str(tmp_path / "probe.jsonl")],
         capture_output=True,
         text=True,
         timeout=120,
-        cwd=tmp_path,  # `air` from the installed package (or PYTHONPATH), not from whatever the cwd holds
+        cwd=tmp_path,  # air_prime_rl from PYTHONPATH, not from whatever the cwd holds
+        env={**os.environ, "PYTHONPATH": path},
     )
 
 

@@ -1,10 +1,10 @@
 """Runs inside today's prime-rl venv (verifiers v1), started by ``air rehearse``: prime-rl's own code.
 
-    python -m air.rehearsal.v1_entry derive RL_TOML CONFIG_DIR
+    python -m air_prime_rl.v1.entry derive RL_TOML CONFIG_DIR
         prime-rl's ``RLConfig`` loads the rehearsal's combined config and ``write_subconfigs`` (what
         ``uv run rl`` does before it launches anything) writes ``orchestrator.json`` and one
         ``envs/<split>/<source>.json`` per env server the launcher would start.
-    python -m air.rehearsal.v1_entry trainer OUTPUT_DIR STEPS RANKS REPORT_JSONL
+    python -m air_prime_rl.v1.entry trainer OUTPUT_DIR STEPS RANKS REPORT_JSONL
         A stand-in trainer (see :func:`stand_in_trainer`).
 
 The orchestrator and env servers are started from prime-rl's own entry points, not from here. Only the

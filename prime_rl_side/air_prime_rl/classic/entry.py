@@ -1,16 +1,16 @@
 """Runs inside prime-rl's venv, started by ``air rehearse``: prime-rl's own code, three small hooks.
 
-    python -m air.rehearsal.orchestrator_entry derive RL_TOML OVERRIDES_JSON OUT_TOML
+    python -m air_prime_rl.classic.entry derive RL_TOML OVERRIDES_JSON OUT_TOML
         The orchestrator config exactly as ``rl`` derives it from a combined config (``RLConfig``, then
         ``orchestrator.model_dump``), with the rehearsal's overrides merged in, written as TOML.
-    python -m air.rehearsal.orchestrator_entry run ORCH_TOML METRICS_JSONL STEPS [stand-in|none]
+    python -m air_prime_rl.classic.entry run ORCH_TOML METRICS_JSONL STEPS [stand-in|none]
         prime-rl's orchestrator ``main()``, with two additions: every dict it logs to its monitor is
         also appended to METRICS_JSONL (without W&B, prime-rl keeps metrics in memory only), and a
         stand-in trainer thread (see :func:`stand_in_trainer`), unless ``none``: prime-rl's own trainer
         runs beside it (``air rehearse`` with ``--trainer``).
 
-Only the standard library and prime-rl are imported here: like the trainer entries, this file runs in
-someone else's environment (prime-rl's venv).
+Only the standard library and prime-rl are imported here (with msgspec and tomli-w, prime-rl's own
+dependencies): like the trainer entries, this file runs in someone else's environment (prime-rl's venv).
 """
 
 from __future__ import annotations

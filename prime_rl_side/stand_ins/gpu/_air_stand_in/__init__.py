@@ -1,4 +1,4 @@
-"""Shared by the import-only stand-ins in scripts/gpu_stand_ins (see ../README.md).
+"""Shared by the import-only stand-ins in stand_ins/gpu (see ../README.md).
 
 `make_stand_in(__name__)` turns the calling package into a stand-in: any attribute is a class whose use
 raises NotImplementedError (calling it, instantiating it, subclasses' instances), usable where modules only
@@ -16,7 +16,7 @@ import types
 
 def _unavailable(qualified: str) -> type:
     def refuse(*args, **kwargs):
-        raise NotImplementedError(f"{qualified} is an import-only stand-in (scripts/gpu_stand_ins): not installed")
+        raise NotImplementedError(f"{qualified} is an import-only stand-in (stand_ins/gpu): not installed")
 
     class _Meta(type):
         def __call__(cls, *args, **kwargs):

@@ -2,16 +2,16 @@
 
 Runs inside prime-rl's venv (stdlib + torch + prime-rl only):
 
-    python -m air.rehearsal.v1_trainer_entry adapt TRAINER_JSON OVERRIDES_JSON OUT_JSON
+    python -m air_prime_rl.v1.trainer adapt TRAINER_JSON OVERRIDES_JSON OUT_JSON
         The trainer.json prime-rl's own `write_subconfigs` wrote, with the rehearsal's overrides
         (`{"model_dir", "output_dir", "max_steps", "device": "cpu"|"cuda"}`), validated by prime-rl's own
         TrainerConfig before it is written.
     python -m torch.distributed.run --nproc-per-node=1 --rdzv-endpoint=localhost:PORT \\
-            -m air.rehearsal.v1_trainer_entry train TRAINER_JSON PROBE_JSONL
+            -m air_prime_rl.v1.trainer train TRAINER_JSON PROBE_JSONL
         `prime_rl.trainer.rl.train`'s main with `@ TRAINER_JSON` (as `rl` starts it), CUDA redirected to the
         CPU when there is no GPU, flash-attn's varlen function computed by torch SDPA where flash-attn is not
-        installed (air/rehearsal/sdpa_varlen.py), and one JSON line per step appended to PROBE_JSONL
-        (air/rehearsal/trainer_probe.py).
+        installed (air_prime_rl/sdpa_varlen.py), and one JSON line per step appended to PROBE_JSONL
+        (air_prime_rl/trainer_probe.py).
 
 The trainer reads `OUTPUT_DIR/rollouts/step_k/rank_R.bin` (filesystem rollout transport) and publishes
 `OUTPUT_DIR/broadcasts/step_k/` (filesystem weight broadcast) as under `rl`.
@@ -69,12 +69,12 @@ def _flash_attn_is_real() -> bool:
         import flash_attn
     except ImportError:
         return False
-    return "cpu_stand_ins" not in str(getattr(flash_attn, "__file__", ""))
+    return "stand_ins" not in str(getattr(flash_attn, "__file__", ""))  # stand_ins/cpu: import-only
 
 
 def use_sdpa_varlen() -> None:
     """Put sdpa_varlen's function where main's model code looks for flash-attn 2's varlen function."""
-    from air.rehearsal.sdpa_varlen import flash_attn_varlen_func
+    from air_prime_rl.sdpa_varlen import flash_attn_varlen_func
 
     try:
         import flash_attn
@@ -100,11 +100,11 @@ def use_sdpa_varlen() -> None:
 def train(trainer_json: str, probe_jsonl: str) -> None:
     import torch
 
-    from air.rehearsal.trainer_probe import Probe, samples_by_lengths
+    from air_prime_rl.trainer_probe import Probe, samples_by_lengths
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cpu":
-        from air.rehearsal.v1_cpu import redirect_cuda_to_cpu_v1
+        from air_prime_rl.v1.cpu import redirect_cuda_to_cpu_v1
 
         redirect_cuda_to_cpu_v1()
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))

@@ -1,4 +1,4 @@
-"""scripts/cpu_stand_ins: what install_prime_rl.sh --orchestrator-only puts on the path of today's
+"""prime_rl_side/stand_ins/cpu: what install_prime_rl.sh --orchestrator-only puts on the path of today's
 prime-rl on a CPU machine. They must import (and show flash-attn's version to transformers' check) and
 must refuse any real use, so a rehearsal can never silently compute with them."""
 
@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-STAND_INS = ROOT / "scripts" / "cpu_stand_ins"
+from tests.rehearsal.prime_rl_side import PRIME_RL_SIDE
+
+STAND_INS = PRIME_RL_SIDE / "stand_ins" / "cpu"
 
 PROBE = """
 import importlib.metadata as metadata

@@ -1,4 +1,4 @@
-"""What prime-rl main's (559b447) trainer needs on a machine with no GPU beyond air/rehearsal/cpu_torch.py.
+"""What prime-rl main's (559b447) trainer needs on a machine with no GPU beyond air_prime_rl/cpu_torch.py.
 
 `redirect_cuda_to_cpu_v1()` installs cpu_torch's `redirect_cuda_to_cpu()` (every "cuda" device becomes the
 CPU, torch.cuda's bookkeeping harmless, gloo for NCCL, prime-rl's device mesh on the CPU) and then:
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from air.rehearsal.cpu_torch import redirect_cuda_to_cpu
+from air_prime_rl.cpu_torch import redirect_cuda_to_cpu
 
 _done: list[bool] = []
 

@@ -1,5 +1,5 @@
-"""air/rehearsal/trainer_probe.py: one JSON line per optimizer step, from global optimizer hooks, the batch and
-the trainer's monitor metrics (as air/rehearsal/v1_trainer_entry.py wires it to prime-rl's trainer)."""
+"""air_prime_rl/trainer_probe.py: one JSON line per optimizer step, from global optimizer hooks, the batch and
+the trainer's monitor metrics (as air_prime_rl/v1/trainer.py wires it to prime-rl's trainer)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed in this venv")
 
-from air.rehearsal.trainer_probe import Probe, samples_by_lengths, samples_by_positions  # noqa: E402
+from air_prime_rl.trainer_probe import Probe, samples_by_lengths, samples_by_positions  # noqa: E402
 
 
 def test_one_line_per_step_with_parameter_change(tmp_path):

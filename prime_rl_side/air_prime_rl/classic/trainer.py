@@ -1,18 +1,18 @@
 """Runs inside prime-rl c87c19b's venv: prime-rl's own trainer entry point, measured, on a GPU or the CPU.
 
-    python -m air.rehearsal.trainer_entry derive RL_TOML OVERRIDES_JSON OUT_TOML
+    python -m air_prime_rl.classic.trainer derive RL_TOML OVERRIDES_JSON OUT_TOML
         The trainer config exactly as ``rl`` derives it from a combined config (``RLConfig``, then
         ``trainer.model_dump``), with the rehearsal's overrides (OVERRIDES_JSON: model_dir, output_dir,
         max_steps, device) applied, written as TOML.
     python -m torch.distributed.run --nproc-per-node=1 --rdzv-endpoint=localhost:PORT \\
-            -m air.rehearsal.trainer_entry train TRAINER_TOML PROBE_JSONL
+            -m air_prime_rl.classic.trainer train TRAINER_TOML PROBE_JSONL
         ``prime_rl.trainer.rl.train.main`` with ``sys.argv = ["train", "@", TRAINER_TOML]``, as ``rl`` starts
-        it. Without CUDA, CUDA calls go to the CPU (air/rehearsal/cpu_torch.py). One JSON line per step is
+        it. Without CUDA, CUDA calls go to the CPU (air_prime_rl/cpu_torch.py). One JSON line per step is
         appended to PROBE_JSONL (loss, grad norm, parameter change, tokens, samples, memory, time).
 
 It reads ``OUTPUT_DIR/run_default/rollouts/step_k/rollouts.bin`` and writes the filesystem weight broadcast
 ``OUTPUT_DIR/run_default/broadcasts/step_k/`` (+ STABLE), as under ``rl``. Only the standard library, torch
-and prime-rl are imported here (and air/rehearsal/cpu_torch.py, which needs only torch).
+and prime-rl are imported here (and air_prime_rl's own cpu_torch and trainer_probe).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ CPU_MODEL_DROP = ("compile", "ac", "ac_offloading")
 def derive(rl_toml: str, overrides_json: str, out_toml: str) -> None:
     import tomli_w
 
-    from air.rehearsal.orchestrator_entry import rl_config
+    from air_prime_rl.classic.entry import rl_config
 
     trainer = rl_config(rl_toml).trainer.model_dump(exclude_none=True, mode="json")
     overrides = json.loads(Path(overrides_json).read_text())
@@ -67,8 +67,8 @@ def _cpu_prime_rl() -> None:
 def train(trainer_toml: str, probe_jsonl: str) -> None:
     import os
 
-    from air.rehearsal.cpu_torch import redirect_cuda_to_cpu
-    from air.rehearsal.trainer_probe import Probe, samples_by_positions
+    from air_prime_rl.cpu_torch import redirect_cuda_to_cpu
+    from air_prime_rl.trainer_probe import Probe, samples_by_positions
 
     device = "cpu" if redirect_cuda_to_cpu() else "cuda"
     if device == "cpu":
@@ -93,7 +93,7 @@ def train(trainer_toml: str, probe_jsonl: str) -> None:
     started = time.time()
     sys.argv = ["train", "@", trainer_toml]
     train_module.main()
-    print(f"trainer_entry: prime-rl's trainer finished in {time.time() - started:.1f} s on the {device}")
+    print(f"air_prime_rl.classic.trainer: prime-rl's trainer finished in {time.time() - started:.1f} s on the {device}")
 
 
 if __name__ == "__main__":

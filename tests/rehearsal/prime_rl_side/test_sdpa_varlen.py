@@ -1,4 +1,4 @@
-"""air/rehearsal/sdpa_varlen.py: flash-attn's varlen call computed by torch SDPA, one packed sample at a time.
+"""air_prime_rl/sdpa_varlen.py: flash-attn's varlen call computed by torch SDPA, one packed sample at a time.
 
 Compared with naive causal attention written out per sample (softmax of masked scores), and checked not to
 attend across packed samples: changing one sample's keys and values leaves every other sample's output as
@@ -13,7 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed in this venv")
 
-from air.rehearsal.sdpa_varlen import flash_attn_varlen_func  # noqa: E402
+from air_prime_rl.sdpa_varlen import flash_attn_varlen_func  # noqa: E402
 
 
 def naive_causal(q, k, v, lengths, scale=None):

@@ -1,0 +1,1 @@
+"""prime-rl c87c19b: the rehearsal's orchestrator entry and its trainer entry."""
