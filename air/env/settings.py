@@ -7,10 +7,11 @@ import difflib
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from air.env.rewards import RewardSettings
-from air.sandbox.config import SandboxConfig, checked_size, parse_env_gpu
+from air.env.sandbox_keys import sandbox_config, sandbox_key
+from air.sandbox.config import SandboxConfig, parse_env_gpu
 
 
 class EnvSettingsError(ValueError):
@@ -32,15 +33,15 @@ class MLGymEnvSettings(BaseModel):
     )
     num_examples_per_task: int = Field(default=1, ge=1, description="Dataset rows per task.")
     max_turns: int = Field(default=20, ge=1, description="Model replies per rollout.")
-    env_gpu: str | None = Field(default=None, description="GPUs for the task containers: '7' or '6,7'.")
-    image: str | None = Field(default=None, description="Sandbox image; default $AIR_IMAGE, else the recipe's tag.")
-    network: bool = Field(default=False, description="Give task containers a network.")
+    env_gpu: str | None = sandbox_key("env_gpu")
+    image: str | None = sandbox_key("image", default=None)
+    network: bool = sandbox_key("network")
     save_trajectories: bool = Field(default=True, description="Write one JSON file per rollout.")
     trajectory_dir: str = Field(
         default="outputs/trajectories",
         description="Where trajectories go; a relative path is resolved once, at load, against the cwd.",
     )
-    command_timeout: float = Field(default=60.0, gt=0, description="Seconds per command.")
+    command_timeout: float = sandbox_key("command_timeout_s")
     long_command_timeout: float | None = Field(
         default=None,
         gt=0,
@@ -79,40 +80,22 @@ class MLGymEnvSettings(BaseModel):
         "default: one per group, derived from seed.",
     )
     pool_size: int = Field(default=4, ge=0, description="Warm containers kept ready per env process.")
-    container_cpus: float = Field(default=2.0, gt=0, description="CPU limit per task container.")
-    container_memory: str = Field(default="4g", description="Memory limit per task container (docker syntax).")
-    container_pids: int = Field(default=1024, gt=16, description="Most processes (threads) in a task container.")
-    container_disk: str = Field(
-        default="20g",
-        description="Most bytes a task container may write: the engine's quota where its storage driver can size "
-        "containers (xfs with pquota, btrfs, zfs); elsewhere the container's writable size is checked every few "
-        "seconds and, past it, the agent's writers are killed and its commands fail; '' for no limit.",
-    )
-    container_max_file_size: str = Field(
-        default="4g",
-        description="Largest file a task container's agent may write (a hard RLIMIT_FSIZE on its shell and the "
-        "evaluation's agent-side processes); '' for no limit.",
-    )
-    container_tmp: str = Field(default="1g", description="Size of a task container's /tmp (tmpfs, counts as memory).")
-    container_shm: str = Field(default="256m", description="Size of a task container's /dev/shm (counts as memory).")
-    engine_wait: float = Field(
-        default=300.0,
-        ge=0,
-        description="Seconds a new rollout waits for an unreachable Docker engine before the run stops.",
-    )
-    run_id: str = Field(default="air", description="Label on the containers of this run (for `air clean`).")
+    # Sandbox keys: SandboxConfig's own fields (default, bounds, checks, description), under the env's names.
+    container_cpus: float = sandbox_key("cpus")
+    container_memory: str = sandbox_key("memory")
+    container_pids: int = sandbox_key("pids_limit")
+    container_disk: str = sandbox_key("disk")
+    container_max_file_size: str = sandbox_key("max_file_size")
+    container_tmp: str = sandbox_key("tmp_size")
+    container_shm: str = sandbox_key("shm_size")
+    engine_wait: float = sandbox_key("engine_wait_s")
+    run_id: str = sandbox_key("run_id", default="air")
     reward: RewardSettings = Field(default_factory=RewardSettings, description="How scores become reward.")
 
     @field_validator("task_configs", mode="before")
     @classmethod
     def _one_or_many(cls, value: Any) -> Any:
         return [value] if isinstance(value, str) else value
-
-    @field_validator("container_memory", "container_disk", "container_max_file_size", "container_tmp", "container_shm")
-    @classmethod
-    def _size(cls, value: str, info: ValidationInfo) -> str:
-        unlimited_ok = info.field_name in ("container_disk", "container_max_file_size")
-        return checked_size(value, info.field_name, none_ok=unlimited_ok)
 
     @field_validator("env_gpu", mode="before")
     @classmethod
@@ -123,22 +106,8 @@ class MLGymEnvSettings(BaseModel):
         return value
 
     def sandbox_config(self) -> SandboxConfig:
-        """The container settings of this env's rollouts: its ``container_*`` and sandbox keys, mapped once."""
-        return SandboxConfig(
-            image=self.image or "",
-            network=self.network,
-            env_gpu=self.env_gpu,
-            command_timeout_s=self.command_timeout,
-            cpus=self.container_cpus,
-            memory=self.container_memory,
-            pids_limit=self.container_pids,
-            disk=self.container_disk,
-            max_file_size=self.container_max_file_size,
-            tmp_size=self.container_tmp,
-            shm_size=self.container_shm,
-            run_id=self.run_id,
-            engine_wait_s=self.engine_wait,
-        )
+        """The container settings of this env's rollouts, made from its sandbox keys (``sandbox_keys``)."""
+        return sandbox_config(self)
 
     def trajectory_path(self) -> Path:
         return Path(self.trajectory_dir).expanduser().resolve()

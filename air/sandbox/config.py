@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import re
 import socket
+from typing import Annotated
 
 import psutil
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 LABEL = "air.managed"
 LABEL_RUN = "air.run"
@@ -42,6 +43,20 @@ def size_bytes(size: str) -> int:
     return int(value.removesuffix(unit)) * SIZE_UNITS[unit]
 
 
+def _size(value: str, info: ValidationInfo) -> str:
+    return checked_size(value, str(info.field_name))
+
+
+def _size_or_none(value: str, info: ValidationInfo) -> str:
+    return checked_size(value, str(info.field_name), none_ok=True)
+
+
+# Size settings, checked where they are declared: a model that takes a SandboxConfig field over (the env's
+# ``container_*`` arguments) takes its check with it, the error naming its own key.
+Size = Annotated[str, AfterValidator(_size)]
+SizeOrNone = Annotated[str, AfterValidator(_size_or_none)]  # '' is no limit
+
+
 def parse_env_gpu(env_gpu: str | None) -> list[str]:
     """``"7"`` or ``"6,7"`` -> device ids; ``None``/``""`` -> no GPU."""
     if env_gpu is None or str(env_gpu).strip() == "":
@@ -57,17 +72,18 @@ class SandboxConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    image: str = Field(default="", description="Image to run; empty means the recipe's current tag.")
+    image: str = Field(default="", description="Image to run; empty: $AIR_IMAGE, else the recipe's current tag.")
     user: str = Field(default="agent", description="User the agent's shell runs as.")
     workdir: str = Field(default=WORKSPACE, description="The agent's starting directory.")
-    cpus: float = Field(default=2.0, gt=0, description="CPU limit (cores).")
-    memory: str = Field(default="4g", description="Memory limit (docker syntax), swap disabled.")
-    pids_limit: int = Field(default=1024, gt=16, description="Most processes in the container.")
-    disk: str = Field(
+    cpus: float = Field(default=2.0, gt=0, description="CPU limit per container (cores).")
+    memory: Size = Field(default="4g", description="Memory limit per container (docker syntax), swap disabled.")
+    pids_limit: int = Field(default=1024, gt=16, description="Most processes (threads) in a container.")
+    disk: SizeOrNone = Field(
         default="20g",
-        description="Most bytes the container may write (the engine's storage option, where its storage driver "
-        "can size a container: overlay2 on xfs with pquota, btrfs, zfs; elsewhere the container's writable size "
-        "is watched against it: see disk_check_s); '' for no limit.",
+        description="Most bytes a container may write: the engine's quota where its storage driver can size "
+        "containers (overlay2 on xfs with pquota, btrfs, zfs); elsewhere the container's writable size is checked "
+        "every few seconds (disk_check_s) and, past it, the agent's writers are killed and its commands fail; "
+        "'' for no limit.",
     )
     disk_check_s: float = Field(
         default=10.0,
@@ -75,29 +91,27 @@ class SandboxConfig(BaseModel):
         description="Where the engine cannot size a container: the longest wait between two checks of what it has "
         "written against `disk` (sooner as the limit nears).",
     )
-    max_file_size: str = Field(
+    max_file_size: SizeOrNone = Field(
         default="4g",
-        description="Largest file the agent's shell and its programs may write (RLIMIT_FSIZE, soft and hard, on "
-        "every engine); '' for no limit.",
+        description="Largest file the agent may write (a hard RLIMIT_FSIZE on its shell and the evaluation's "
+        "agent-side processes, on every engine); '' for no limit.",
     )
-    tmp_size: str = Field(default="1g", description="Size of /tmp (a tmpfs: counts against `memory`).")
-    shm_size: str = Field(default="256m", description="Size of /dev/shm (counts against `memory`).")
+    tmp_size: Size = Field(default="1g", description="Size of a container's /tmp (tmpfs, counts as memory).")
+    shm_size: Size = Field(default="256m", description="Size of a container's /dev/shm (counts as memory).")
     network: bool = Field(default=False, description="Give the container a network (off by default).")
     env_gpu: str | None = Field(default=None, description="GPUs for the container: '7' or '6,7'.")
     ttl_s: int = Field(default=12 * 3600, gt=0, description="Dead-man switch: container lifetime.")
     max_output_bytes: int = Field(default=256 * 1024, ge=1024, description="Output kept per command.")
-    command_timeout_s: float = Field(default=60.0, gt=0, description="Default per-command timeout.")
+    command_timeout_s: float = Field(default=60.0, gt=0, description="Seconds per command (the default timeout).")
     interrupt_grace_s: float = Field(default=5.0, gt=0, description="Wait after a timeout's kill.")
     engine_wait_s: float = Field(
-        default=300.0, ge=0, description="How long a new sandbox waits for an unreachable Docker engine."
+        default=300.0,
+        ge=0,
+        description="Seconds a new sandbox waits for an unreachable Docker engine before it gives up (the env's "
+        "run stops, or its rollout fails).",
     )
-    run_id: str = Field(default="default", description="Label naming the run that owns containers.")
+    run_id: str = Field(default="default", description="Label naming the run that owns the containers (air clean).")
     environment: dict[str, str] = Field(default_factory=dict, description="Extra environment variables.")
-
-    @field_validator("memory", "tmp_size", "shm_size", "disk", "max_file_size")
-    @classmethod
-    def _check_size(cls, value: str, info: ValidationInfo) -> str:
-        return checked_size(value, info.field_name, none_ok=info.field_name in ("disk", "max_file_size"))
 
     @field_validator("env_gpu")
     @classmethod
