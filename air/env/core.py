@@ -9,7 +9,11 @@ today's prime-rl and its env servers). Both call the same four steps:
                       the workspace (air.tasks) -> step reward (rewards) -> the observation
     finish(unplayed)  run a last reply the front never handed over (max turns), evaluate a workspace
                       changed since its last evaluation
-    close(...)        how it ended, reward and metrics, the trajectory record, the container destroyed
+    end(...)          how it ended (``EndReason``), reward and metrics, the container destroyed, the
+                      trajectory recorded and saved (``ending``: the same for both fronts)
+
+The turn limit is the core's too (``turns_over``): play ends the rollout on its last turn, and the classic
+front's verifiers stop condition asks the same question.
 
 Faults outside the agent's reach (a dead container, a Docker error, anything unexpected) become
 :class:`EnvFault`; each front turns it into its own masked or failed rollout. Agent mistakes (a
@@ -22,28 +26,27 @@ import asyncio
 import logging
 import os
 import re
-import secrets
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from air.env import prompts, trajectories
+from air.env import prompts
 from air.env.actions import format_error_observation, parse_action
 from air.env.command_programs import command_timeout
+from air.env.ending import Ended, RolloutEnding, RolloutLabels
 from air.env.rewards import RewardTracker
-from air.env.rollout import CANCELLED, Rollout, exit_status_of
+from air.env.rollout import EndReason, Rollout
 from air.env.settings import MLGymEnvSettings
-from air.env.trajectories import BaselineInfo, TrajectoryRecord, Turn, TurnEvaluation, error_chain, error_line
+from air.env.trajectories import Turn, TurnEvaluation
 from air.sandbox.engine import DOCKER_ERRORS
 from air.sandbox.errors import SandboxError, SandboxesUnavailable, ShellUnstartable
 from air.sandbox.pool import SandboxPool
-from air.sandbox.removal import cleanup_all, destroy_in_background
+from air.sandbox.removal import cleanup_all
 from air.tasks.config import TaskError
 from air.tasks.loader import BUILTIN_TASK_ROOT, Task, list_tasks, load_task, resolve_task_root
 from air.tasks.mlgym_tools import ToolSet, guard_multiline, load_mlgym_tools
 from air.tasks.workspace import Evaluation, TaskWorkspace
+
+__all__ = ["EndReason", "Ended", "EnvFault", "Example", "MLGymCore", "RolloutLabels"]
 
 log = logging.getLogger(__name__)
 
@@ -60,21 +63,6 @@ class EnvFault(RuntimeError):
     """A rollout failed for a reason outside the agent's reach; the front masks or fails that rollout."""
 
 
-@dataclass
-class RolloutLabels:
-    """What the front knows of a rollout that the core does not: written into its trajectory."""
-
-    id: str = field(default_factory=lambda: secrets.token_hex(16))
-    example_id: int | None = None
-    group_id: str | None = None
-    step: int | None = None
-    model: str | None = None
-    policy: str | None = None
-    sampling_args: dict[str, Any] = field(default_factory=dict)
-    system_prompt: str | None = None
-    task_prompt: str | None = None
-
-
 @dataclass(frozen=True)
 class Example:
     """One prompt of the env's dataset: which task, which copy, the two opening messages."""
@@ -86,7 +74,7 @@ class Example:
     task_prompt: str
 
 
-class MLGymCore:
+class MLGymCore(RolloutEnding):
     """Tasks, tools and containers of one env (one per process: a pool belongs to one event loop)."""
 
     def __init__(self, settings: MLGymEnvSettings) -> None:
@@ -208,7 +196,17 @@ class MLGymCore:
             log.exception("unexpected failure acting on a reply")
             raise EnvFault(f"env failed unexpectedly: {exc!r}") from exc
 
+    def turns_over(self, replies: int) -> bool:
+        """The turn limit, the same for both fronts: the model has had its turns after ``replies`` replies."""
+        return replies >= self.settings.max_turns
+
     async def _play(self, rollout: Rollout, text: str, after_last_turn: bool) -> tuple[str, bool]:
+        observation, ends = await self._act(rollout, text, after_last_turn)
+        if not ends and self.turns_over(rollout.handled):
+            rollout.exit_status, ends = EndReason.MAX_TURNS, True
+        return observation, ends
+
+    async def _act(self, rollout: Rollout, text: str, after_last_turn: bool) -> tuple[str, bool]:
         s = self.settings
         rollout.handled += 1
         number = rollout.handled
@@ -222,7 +220,7 @@ class MLGymCore:
             )
             limit = s.max_consecutive_format_errors
             if limit and rollout.consecutive_format_errors >= limit:
-                rollout.exit_status = "format_errors"
+                rollout.exit_status = EndReason.FORMAT_ERRORS
                 return observation + f"\n[{limit} malformed replies in a row: the episode ends]", True
             return observation, False
 
@@ -230,7 +228,7 @@ class MLGymCore:
         assert rollout.sandbox is not None and rollout.workspace is not None
         left = rollout.seconds_left(s.rollout_time_limit)
         if left is not None and left <= 0:  # the agent's work so far is still evaluated (finish)
-            rollout.exit_status = "time_limit"
+            rollout.exit_status = EndReason.TIME_LIMIT
             note = f"[the rollout's time limit ({s.rollout_time_limit:g} s) is up: the episode ends]"
             rollout.turns.append(Turn(index=number, model_text=text, command=parsed.command, output=note))
             return note, True
@@ -264,7 +262,7 @@ class MLGymCore:
         rollout.turns.append(turn)
         if submitted:
             rollout.submitted = True
-            rollout.exit_status = "submitted"
+            rollout.exit_status = EndReason.SUBMITTED
         return turn.output, submitted
 
     def _forfeit(self, rollout: Rollout, text: str, exc: ShellUnstartable) -> str:
@@ -304,85 +302,6 @@ class MLGymCore:
             log.exception("unexpected failure finishing a rollout")
             raise EnvFault(f"finishing the rollout failed unexpectedly: {exc!r}") from exc
         return observation
-
-    def close(self, rollout: Rollout, *, cancelled: bool, error: object | None, stop: str = "") -> dict[str, float]:
-        """How the rollout ended, its reward and metrics; its container goes (in the background)."""
-        rollout.finished = True
-        rollout.exit_status = exit_status_of(rollout, {"error": error, "stop_condition": stop}, cancelled)
-        if rollout.tracker.suspicious_evaluations and rollout.exit_status != "error":
-            rollout.exit_status = "suspicious_evaluation"  # stands out in the viewer and W&B
-        if rollout.sandbox is not None:
-            destroy_in_background(rollout.sandbox)
-        return self.result(rollout)
-
-    def result(self, rollout: Rollout) -> dict[str, float]:
-        metrics = rollout.tracker.metrics()
-        metrics.update(
-            validates=float(rollout.validates),
-            format_errors=float(rollout.format_errors),
-            timeouts=float(rollout.timeouts),
-            turns=float(rollout.handled),
-            submitted=float(rollout.submitted),
-        )
-        metrics["reward"] = rollout.tracker.rollout_reward(rollout.format_errors)
-        return metrics
-
-    # --- the record ---------------------------------------------------------------------------
-
-    def record(
-        self,
-        rollout: Rollout,
-        result: Mapping[str, float],
-        labels: RolloutLabels,
-        error: object | None,
-        chain_of: BaseException | None = None,
-    ) -> TrajectoryRecord:
-        """``error`` is the one line the record shows; the chain comes from ``chain_of`` (default: ``error``
-        when it is an exception)."""
-        if chain_of is None and isinstance(error, BaseException):
-            chain_of = error
-        if rollout.exit_status == "cancelled" and error is None:  # cut short: any reward would be made up
-            error = self.cancel_cause or CANCELLED
-        task = rollout.task
-        finished = datetime.now(UTC)
-        return TrajectoryRecord(
-            id=labels.id,
-            task=task.name,
-            task_id=task.id,
-            example_id=labels.example_id,
-            group_id=labels.group_id,
-            step=labels.step,
-            model=labels.model,
-            policy=labels.policy,
-            sampling_args=labels.sampling_args,
-            image=self.sandbox_config.resolved_image(),
-            task_root=str(self.task_root),
-            env_settings=self.settings.model_dump(mode="json"),
-            system_prompt=labels.system_prompt,
-            task_prompt=labels.task_prompt,
-            started_at=rollout.started_at,
-            finished_at=finished,
-            duration_s=(finished - rollout.started_at).total_seconds(),
-            exit_status=rollout.exit_status or "unknown",
-            error=error_line(error),
-            error_chain=error_chain(chain_of),
-            baseline=BaselineInfo.of(task),
-            final_evaluation=rollout.final_evaluation,
-            evaluation_seed=rollout.evaluation_seed,
-            reward=None if error is not None else result["reward"],
-            metrics={k: v for k, v in result.items() if k != "reward"},
-            turns=rollout.turns,
-        )
-
-    async def save(self, record: TrajectoryRecord) -> Path | None:
-        """Write the record (when trajectories are on); a full disk must not cost the rollout."""
-        if self.trajectory_dir is None:
-            return None
-        try:
-            return await asyncio.to_thread(trajectories.write_trajectory, record, self.trajectory_dir)
-        except Exception as exc:
-            log.warning("could not save the trajectory of a %s rollout: %s", record.task, exc)
-            return None
 
     def shutdown(self) -> None:
         """Remove every container this process started. Synchronous: it also runs from atexit."""

@@ -4,9 +4,10 @@ verifiers' hooks onto it:
 
     setup_state    core.start: a warm container, the task's workspace, the session
     env_response   core.play: one reply -> one command -> observation (and reward on validate/submit)
+    max_turns_reached  core.turns_over: the turn limit is the core's, as on the v1 front
     finish_rollout (a @vf.cleanup hook, so it also runs on max_turns, errors and cancellation)
-                   core.finish (the reply max_turns left unplayed, a last evaluation), core.close,
-                   the trajectory written
+                   core.finish (the reply max_turns left unplayed, a last evaluation), then core.end:
+                   closed, recorded, saved
     rubric         hands the reward and metrics computed there to verifiers (state["metrics"])
 
 Infrastructure faults (``EnvFault``) become ``vf.SandboxError``: that rollout is masked and its group
@@ -95,6 +96,12 @@ class MLGymEnv(vf.MultiTurnEnv):
             state["final_env_response"] = reply
         return reply
 
+    @vf.stop
+    async def max_turns_reached(self, state: vf.State) -> bool:
+        """verifiers' turn-limit stop, overridden by name so that the core decides. It stops before the last
+        reply reaches env_response: finish plays it, and play says the turns are over."""
+        return self.core.turns_over(len(state["trajectory"]))
+
     @vf.cleanup
     async def finish_rollout(self, state: vf.State) -> None:
         rollout: Rollout | None = state.get(STATE_KEY)
@@ -122,15 +129,14 @@ class MLGymEnv(vf.MultiTurnEnv):
             log.exception("unexpected failure finishing a rollout")
             state["error"] = vf.SandboxError(f"finishing the rollout failed unexpectedly: {exc!r}")
         finally:
-            error = state.get("error")
-            state[RESULT_KEY] = result = self.core.close(
-                rollout, cancelled=cancelled, error=error, stop=state.get("stop_condition") or ""
+            stop = state.get("stop_condition") or ""
+            ended = await self.core.end(
+                rollout, _labels(state), cancelled=cancelled, error=state.get("error"), stop=stop
             )
-            record = self.core.record(rollout, result, _labels(state), error)
-            state["masked_because"] = record.error  # the one line a run's console shows for a masked rollout
-            path = await self.core.save(record)
-            if path is not None:
-                state["trajectory_path"] = str(path)
+            state[RESULT_KEY] = ended.result
+            state["masked_because"] = ended.record.error  # the one line a run's console shows for a masked rollout
+            if ended.path is not None:
+                state["trajectory_path"] = str(ended.path)
 
     @vf.teardown
     async def remove_containers(self) -> None:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
 from air.env.actions import message_text
@@ -14,6 +14,27 @@ from air.env.trajectories import Turn, TurnEvaluation
 from air.sandbox.container import Sandbox
 from air.tasks.loader import Task
 from air.tasks.workspace import TaskWorkspace
+
+
+class EndReason(StrEnum):
+    """How a rollout ended: its trajectory's ``exit_status`` (the strings runs and the viewer read)."""
+
+    SUBMITTED = "submitted"  # the agent submitted
+    MAX_TURNS = "max_turns"  # its last turn was played (MLGymCore.turns_over)
+    FORMAT_ERRORS = "format_errors"  # max_consecutive_format_errors malformed replies in a row
+    TIME_LIMIT = "time_limit"  # rollout_time_limit was up
+    SHELL_LOST = "shell_lost"  # the agent broke its own sandbox: no shell starts (forfeit)
+    HARNESS_STOPPED = "harness_stopped"  # the v1 harness ended the episode (a token limit, a stop hook)
+    PROMPT_TOO_LONG = "prompt_too_long"  # the conversation outgrew the model's context (classic front)
+    SUSPICIOUS_EVALUATION = "suspicious_evaluation"  # any of the above, with a score outside the metric's range
+    ERROR = "error"  # a fault outside the agent's reach: masked, no reward
+    CANCELLED = "cancelled"  # cut short by its run or the orchestrator: no reward
+    UNKNOWN = "unknown"
+
+
+# The classic front's verifiers stop conditions that name how a rollout ended; others (has_error,
+# has_final_env_response) come with an error or an end reason already set.
+STOP_CONDITIONS = {"max_turns_reached": EndReason.MAX_TURNS, "prompt_too_long": EndReason.PROMPT_TOO_LONG}
 
 
 @dataclass
@@ -33,7 +54,7 @@ class Rollout:
     validates: int = 0
     dirty: bool = True  # the workspace may have changed since its last evaluation
     submitted: bool = False
-    exit_status: str | None = None
+    exit_status: EndReason | None = None  # set where the end is decided; final once closed (end_reason)
     final_evaluation: TurnEvaluation | None = None
     finished: bool = False
     evaluation_seed: int | None = None  # its group's (env.seeds): the evaluators draw from it
@@ -42,7 +63,7 @@ class Rollout:
     def forfeit(self, text: str, command: str | None, why: str) -> str:
         """End the rollout as the agent's failure: it broke its own sandbox (``why``). The no-score reward, no final
         evaluation, the turn that did it recorded with a note; returns the note (the last observation)."""
-        self.exit_status = "shell_lost"
+        self.exit_status = EndReason.SHELL_LOST
         self.tracker.forfeit()
         self.dirty = False
         note = f"[{why}. The episode ends with the no-score reward]"
@@ -62,15 +83,17 @@ class Rollout:
 CANCELLED = "cancelled before it ended (its run stopped, or the orchestrator dropped it): no reward"
 
 
-def exit_status_of(rollout: Rollout, state: Mapping[str, Any], cancelled: bool) -> str:
+def end_reason(rollout: Rollout, *, cancelled: bool, error: object | None, stop: str = "") -> EndReason:
+    """How a closing rollout ended: cut short, failed, what play decided, else the front's stop condition."""
     if cancelled:
-        return "cancelled"
-    if state.get("error") is not None:
-        return "error"
-    if rollout.exit_status:
-        return rollout.exit_status
-    stop = state.get("stop_condition") or ""
-    return {"max_turns_reached": "max_turns", "prompt_too_long": "prompt_too_long"}.get(stop, stop or "unknown")
+        reason = EndReason.CANCELLED
+    elif error is not None:
+        reason = EndReason.ERROR
+    else:
+        reason = rollout.exit_status or STOP_CONDITIONS.get(stop, EndReason.UNKNOWN)
+    if rollout.tracker.suspicious_evaluations and reason != EndReason.ERROR:
+        reason = EndReason.SUSPICIOUS_EVALUATION  # stands out in the viewer and W&B
+    return reason
 
 
 def content_of_completion(completion: Any) -> str:

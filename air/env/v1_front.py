@@ -4,9 +4,10 @@ verifiers v1 splits what the classic ``MultiTurnEnv`` did in one process:
 
     MLGymTaskset.load()   orchestrator side: one task per (task, example), JSON-only data, no container
     MLGymV1Env.run()      env-server side, one episode: core.start (a warm container from this process's
-                          pool), then each model turn through core.play until submit, the format-error limit
-                          or max_turns, then core.finish (a last evaluation), the reward and metrics recorded
-                          on the trace, our trajectory written, the container destroyed (core.close)
+                          pool), then each model turn through core.play until it ends the rollout (submit,
+                          the format-error limit, the time limit, the core's turn limit), then core.finish
+                          (a last evaluation) and core.end (closed, recorded, saved: the classic front's
+                          ending), the reward and metrics recorded on the trace
 
 The taskset config's fields are ``load_environment``'s arguments (``MLGymEnvSettings``), so the TOML keys
 under ``env.taskset`` are the same as the classic ``[[orchestrator.env]] args``. The seat is ``player``:
@@ -26,7 +27,7 @@ import verifiers.v1 as vf
 from air.env.core import EnvFault, MLGymCore, RolloutLabels
 from air.env.host_logging import follow
 from air.env.metrics import REWARD_METRIC, metric_names, result_key
-from air.env.rollout import Rollout
+from air.env.rollout import EndReason, Rollout
 from air.env.seeds import group_key, rollout_seed
 from air.env.settings import MLGymEnvSettings, parse_env_settings
 from air.env.trajectories import error_line
@@ -117,33 +118,31 @@ class MLGymV1Env(vf.Env[MLGymV1EnvConfig]):
             error = exc
             raise
         finally:
-            result = self.core.close(rollout, cancelled=cancelled, error=error, stop="")
-            if trace is not None and error is None and not cancelled:
-                trace.record_reward(REWARD_METRIC, result[result_key(REWARD_METRIC)], 1.0)
-                for name in metric_names(list(self.core.tasks)):
-                    trace.record_metric(name, float(result[result_key(name)]))
-                trace.info["exit_status"] = rollout.exit_status
             labels = RolloutLabels(
                 example_id=task.data.idx,
                 system_prompt=task.data.system_prompt,
                 task_prompt=task.data.prompt if isinstance(task.data.prompt, str) else None,
             )
-            path = await self.core.save(self.core.record(rollout, result, labels, _describe(error), error))
-            if trace is not None and path is not None and not cancelled:
-                trace.info["trajectory_path"] = str(path)
+            ended = await self.core.end(rollout, labels, cancelled=cancelled, error=_describe(error), chain_of=error)
+            if trace is not None and error is None and not cancelled:
+                trace.record_reward(REWARD_METRIC, ended.result[result_key(REWARD_METRIC)], 1.0)
+                for name in metric_names(list(self.core.tasks)):
+                    trace.record_metric(name, float(ended.result[result_key(name)]))
+                trace.info["exit_status"] = ended.reason.value
+            if trace is not None and ended.path is not None and not cancelled:
+                trace.info["trajectory_path"] = str(ended.path)
 
     async def _episode(self, rollout: Rollout, interaction: Any) -> ModelCallFailed | None:
-        """Turns until submit, the format-error limit or max_turns; the reply of the last turn is played
-        too (the classic front's max_turns behaviour), then a last evaluation if the workspace changed.
+        """Turns until play ends the rollout (submit, a limit: the turn limit is the core's); the reply of the
+        last turn is played too (the classic front's max_turns behaviour), then a last evaluation if the
+        workspace changed.
         A failed model call ends it at once, as the classic front does: no evaluation, no reward, the
         endpoint's words as the error (returned, for the record; verifiers already failed the trace)."""
         await self.core.start(rollout)
         segment = await interaction.turn()
         while not segment.terminated:
             observation, final = await self.core.play(rollout, segment.last_reply or "")
-            if final or rollout.handled >= self.core.settings.max_turns:
-                if not final:
-                    rollout.exit_status = "max_turns"
+            if final:
                 break
             segment = await interaction.turn(observation)
         else:
@@ -151,7 +150,7 @@ class MLGymV1Env(vf.Env[MLGymV1EnvConfig]):
             if failed is not None:
                 return ModelCallFailed(f"{failed.type}: {failed.message}")
             # A limit ended the rollout (tokens, a stop hook): verifiers records which.
-            rollout.exit_status = rollout.exit_status or "harness_stopped"
+            rollout.exit_status = rollout.exit_status or EndReason.HARNESS_STOPPED
         await self.core.finish(rollout)
         return None
 
