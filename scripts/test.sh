@@ -2,12 +2,23 @@
 # The test suite, in the two environments a checkout has (one generation of verifiers each; they conflict):
 #   .venv     verifiers 0.1.10 (the classic front)   uv run pytest
 #   .venv-v1  verifiers 0.4.0  (the v1 front)        tests/v1 and the architecture test
-# Options go to both pytest runs (-x, -k ...), a path to the run it belongs to. A run that selects no test
-# in one environment is fine.
+#
+#   bash scripts/test.sh          the fast tier: every test but the slow and red-team ones (a few minutes)
+#   bash scripts/test.sh --all    every test (CI runs this)
+#
+# Options go to both pytest runs (-x, -k ...), a path to the run it belongs to (a path named runs all its
+# tests, whatever their tier). A run that selects no test in one environment is fine. Tests run in three
+# xdist workers (most of a test's time is waiting on Docker and subprocesses); -n 0 runs them in one process.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # What uv installs for a run (.venv-v1 on its first sync) is compiled once, not by every test's process.
 export UV_COMPILE_BYTECODE=${UV_COMPILE_BYTECODE:-1}
+
+workers=(-n 3 --dist loadgroup)
+for arg in "$@"; do
+    case $arg in -n | -n* | --numprocesses* | --pdb | -s | --capture=no) workers=() ;; esac
+done
+set -- "${workers[@]}" "$@"
 
 run() {
     "$@"

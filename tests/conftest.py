@@ -18,6 +18,7 @@ import pytest
 from air.sandbox.config import SandboxConfig
 from tests import opt_in  # noqa: F401  (captures the opt-in checkouts before the variables go)
 from tests.second_engine import quota_engine, second_engine  # noqa: F401  (fixtures)
+from tests.tiers import SLOW_TESTS
 
 # A suite started from a script's background job inherits SIGINT ignored, and so does every program it starts:
 # the tests that press Ctrl-C on one then wait in vain. Restore what a terminal gives (exec resets a handler
@@ -54,6 +55,56 @@ if V1_ONLY:
     collect_ignore = [str(p) for p in HERE.iterdir() if p.name not in {"v1", "test_architecture.py", "__init__.py"}]
 else:
     collect_ignore = [str(HERE / "v1")]
+
+
+# Test tiers. The fast tier (`pytest`, `scripts/test.sh`) is the edit-test loop; `--all` adds the slow and
+# red-team tests (CI runs it). Markers are applied here, from what a test uses, not by hand:
+#   docker    the test (or a fixture under it) needs the engine and the image
+#   red_team  an attack on the reward played through the rollout path (tests/tasks/test_red_team*.py)
+#   slow      a test that alone takes tens of seconds on 2 cores (SLOW_TESTS below, from --durations)
+DOCKER_FIXTURES = {"docker_image", "quota_engine", "second_engine"}
+# Under xdist (`scripts/test.sh --all` runs two workers), the tests on a second engine share one worker, so
+# one engine starts per suite, as without xdist.
+SECOND_ENGINES = {"quota_engine", "second_engine"}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--all", action="store_true", help="run every tier: the slow and red-team tests too (CI does)")
+
+
+def _tier_markers(item: pytest.Item) -> None:
+    fixtures = set(getattr(item, "fixturenames", ()))
+    if DOCKER_FIXTURES & fixtures:
+        item.add_marker(pytest.mark.docker)
+    if SECOND_ENGINES & fixtures:
+        item.add_marker(pytest.mark.xdist_group("second_engines"))
+    if item.path.name.startswith("test_red_team"):
+        item.add_marker(pytest.mark.red_team)
+    test = item.nodeid.split("[")[0]
+    if test in SLOW_TESTS or test.split("::")[0] in SLOW_TESTS:
+        item.add_marker(pytest.mark.slow)
+
+
+def _fast_tier(config: pytest.Config) -> bool:
+    """No path named, no `-m`, no `--all`: the fast tier. Otherwise the caller chose what runs. (xdist's
+    workers parse the same command line, so each of them decides the same.)"""
+    named = config.args_source != pytest.Config.ArgsSource.TESTPATHS
+    return not (config.getoption("--all") or config.getoption("-m") or named)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        _tier_markers(item)
+    if not _fast_tier(config):
+        return
+    kept = [item for item in items if not (item.get_closest_marker("slow") or item.get_closest_marker("red_team"))]
+    if len(kept) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+        items[:] = kept
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    return "tier: fast (slow and red-team tests deselected; --all runs every test)" if _fast_tier(config) else None
 
 
 def _docker_problem() -> tuple[str | None, str]:
