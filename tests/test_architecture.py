@@ -245,3 +245,13 @@ def test_the_import_stand_ins_import_only_the_standard_library_and_each_other() 
     }
     assert not wrong, sorted(wrong)
     assert "air_prime_rl" not in own  # the package is installed, never put on the path as a stand-in
+
+
+def test_no_prime_rl_side_module_is_long() -> None:
+    """The size rule holds for what runs inside prime-rl's venv too (air_prime_rl and the stand-ins)."""
+    long = {
+        str(path.relative_to(ROOT)): lines
+        for path in PRIME_RL_SIDE.rglob("*.py")
+        if (lines := len(path.read_text().splitlines())) > MAX_LINES
+    }
+    assert not long, f"modules over {MAX_LINES} lines: {long}"

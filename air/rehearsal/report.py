@@ -39,7 +39,7 @@ class RehearsalReport:
     generation: str = "classic"  # prime-rl c87c19b ("classic") or today's ("v1")
     prime_rl_commit: str = ""
     env_servers: list[dict[str, Any]] = field(default_factory=list)  # v1: per source, where and how many
-    # v1: each branch point of the traces by cause (v1_branches); a branch is one more training sample
+    # v1: each branch point of the traces by cause (v1/branches); a branch is one more training sample
     branch_points: dict[str, int] = field(default_factory=dict)
     branches_per_rollout: float | None = None  # v1: samples per rollout before zero-advantage ones are dropped
     # Episodes the env ran (a trajectory each, from this machine's env servers or workers) and those the

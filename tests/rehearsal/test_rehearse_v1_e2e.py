@@ -116,6 +116,16 @@ def test_rehearse_v1_with_an_env_server_on_a_second_engine(
     server_config = tmp_path / "lane_server.toml"
     server_config.write_text(SERVER.format(image=docker_image, run_id=run_id, port=port))
     started = time.time()
+    first_engine = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    # Watched live: the shared engine keeps a short event history, which other suites' execs can flood.
+    creates_on_first = subprocess.Popen(
+        ["docker", "events", "--filter", "event=create", "--filter", "type=container"]
+        + ["--filter", f"label={LABEL_RUN}=rehearse-{os.getpid()}"],
+        env={**os.environ, "DOCKER_HOST": first_engine},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     log = (tmp_path / "env-server.log").open("wb")
     env = {**os.environ, "DOCKER_HOST": second_engine, "VLLM_API_KEY": "x", "HF_HUB_OFFLINE": "1"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
@@ -141,6 +151,8 @@ def test_rehearse_v1_with_an_env_server_on_a_second_engine(
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
+        creates_on_first.terminate()
+        watched_on_first = creates_on_first.communicate(timeout=30)[0]
     assert captured.out.strip(), captured.err[-3000:]
     report = json.loads(captured.out.strip().splitlines()[-1])
     assert status == 0, report["problems"]
@@ -162,14 +174,12 @@ def test_rehearse_v1_with_an_env_server_on_a_second_engine(
                 harnesses.setdefault(episode["env"]["name"], set()).add(harness)
     assert harnesses == {"loan": {"air_mlgym"}, "lane": {"null"}}, harnesses
 
-    first_engine = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
     since, until = str(int(started) - 1), str(int(time.time()) + 1)
     creates = ["events", "--since", since, "--until", until, "--filter", "event=create", "--filter", "type=container"]
     on_second = engine(second_engine, *creates, "--filter", f"label={LABEL_RUN}={run_id}")
     assert on_second.count("container create") >= 1  # the separate server's containers ran on the second engine
     # The rehearsal's own server used the first engine; both are empty of this run's containers now.
-    on_first = engine(first_engine, *creates, "--filter", f"label={LABEL_RUN}=rehearse-{os.getpid()}")
-    assert on_first.count("container create") >= 1
+    assert watched_on_first.count("container create") >= 1, watched_on_first
     assert engine(second_engine, "ps", "-aq", "--filter", f"label={LABEL}").strip() == ""
     for label in (run_id, f"rehearse-{os.getpid()}"):
         assert engine(first_engine, "ps", "-aq", "--filter", f"label={LABEL_RUN}={label}").strip() == ""
