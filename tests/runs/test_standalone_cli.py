@@ -181,10 +181,9 @@ def test_an_endpoint_dead_after_the_start_names_its_cause_and_writes_no_nan(tmp_
 
 @pytest.mark.docker
 @pytest.mark.timeout(300)
-def test_trajectories_carry_their_step_and_advantage(tmp_path: Path, docker_image: str) -> None:
-    out = tmp_path / "run"
-    argv = ["standalone", "--steps", "2", "--batch-size", "4", "--rollouts-per-example", "2", "--output-dir", str(out)]
-    assert main([*argv, "--env-arg", f"image={docker_image}", "--env-arg", "container_cpus=1.0"]) == 0
+@pytest.mark.xdist_group("recorded_run")
+def test_trajectories_carry_their_step_and_advantage(recorded_run: Path) -> None:
+    out = recorded_run  # `air standalone` with its defaults (laneMerge, noisy), 2 steps of 4 in groups of 2
     records = [load_trajectory(p) for p in iter_trajectory_paths(out / "trajectories")]
     steps = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
     assert [s["step"] for s in steps] == [1, 2] and sorted({r.step for r in records}) == [1, 2]

@@ -66,12 +66,9 @@ def test_standalone_bad_settings_are_one_line_errors(capsys):
 
 @pytest.mark.docker
 @pytest.mark.timeout(300)
-def test_air_standalone_runs_steps_on_a_builtin_task(tmp_path, docker_image):
-    out = tmp_path / "run"
-    argv = ["standalone", "--task", "laneMerge", "--steps", "2", "--batch-size", "4", "--rollouts-per-example", "2"]
-    argv += ["--policy", "noisy", "--output-dir", str(out), "--env-arg", f"image={docker_image}"]
-    argv += ["--env-arg", "container_cpus=1.0"]
-    assert main(argv) == 0
+@pytest.mark.xdist_group("recorded_run")
+def test_air_standalone_runs_steps_on_a_builtin_task(recorded_run):
+    out = recorded_run  # laneMerge, noisy, 2 steps of 4 rollouts in groups of 2 (tests/runs/conftest.py)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["rollouts"] == 8 and summary["masked"] == 0
     records = [load_trajectory(p) for p in iter_trajectory_paths(out / "trajectories")]

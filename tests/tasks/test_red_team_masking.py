@@ -54,7 +54,8 @@ def assert_never_masked(output, record, rounds: int) -> None:
     assert output.get("error") is None, f"the rollout was masked: {output.get('error')}"
     assert record.exit_status not in ("error", "shell_lost"), record.exit_status
     restarted = sum(NEW_SHELL in turn.output for turn in record.turns)
-    assert restarted == rounds, f"{restarted} of {rounds} rounds got a new shell"
+    others = [turn.output[-300:] for turn in record.turns[:rounds] if NEW_SHELL not in turn.output]
+    assert restarted == rounds, f"{restarted} of {rounds} rounds got a new shell; the others said: {others}"
 
 
 @pytest.fixture(params=["overlay2", "btrfs"])
