@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 FIRST_SCREEN = 60
 SETUP_AND_MAIN_JOB = "bash scripts/setup.sh && uv run air standalone"
-TESTS = "bash scripts/test.sh"
+TESTS = "bash scripts/test.sh --all"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 DURATION = re.compile(r"\b\d+(?:\.\d+)?\s*(?:s|sec|seconds?|min|minutes?|h|hours?)\b|\ba few minutes\b")
 
