@@ -45,7 +45,9 @@ def test_the_table_is_readable_at_80_columns(root: Path, monkeypatch, capsys) ->
     out = capsys.readouterr().out
     lines = out.splitlines()
     table = lines[: next(i for i, line in enumerate(lines) if line.startswith("regressionHousePrice: "))]
-    assert max(len(line) for line in table) <= 80, out
+    # The title names the task root whole, however long the host's temporary folder makes it; the table fits.
+    assert table[0].startswith("Tasks in ") and str(root) in table[0], out
+    assert max(len(line) for line in table[1:]) <= 80, out
     # Names, headers and metrics stay whole on their line: nothing is folded mid-word.
     for word in (LONG_NAME, "naturalLanguageInferenceMNLI", "validation_accuracy", "Reward Mean", "baseline", "metric"):
         assert any(word in line for line in table), f"{word!r} is broken:\n{out}"
