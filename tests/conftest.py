@@ -63,9 +63,12 @@ else:
 #   red_team  an attack on the reward played through the rollout path (tests/tasks/test_red_team*.py)
 #   slow      a test that alone takes tens of seconds on 2 cores (SLOW_TESTS below, from --durations)
 DOCKER_FIXTURES = {"docker_image", "quota_engine", "second_engine"}
-# Under xdist (`scripts/test.sh --all` runs two workers), the tests on a second engine share one worker, so
-# one engine starts per suite, as without xdist.
+# Under xdist (`scripts/test.sh` runs three workers) some tests share one worker, one at a time, started first:
+# those on a second engine (one engine starts per suite, as without xdist) and the attacks that take a
+# container to its pid or memory limit (two of them at once starved each other's shells on 2 cores).
 SECOND_ENGINES = {"quota_engine", "second_engine"}
+AT_THE_LIMITS = {"test_red_team_container.py", "test_red_team_masking.py"}
+ONE_AT_A_TIME = "one_at_a_time"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -76,8 +79,8 @@ def _tier_markers(item: pytest.Item) -> None:
     fixtures = set(getattr(item, "fixturenames", ()))
     if DOCKER_FIXTURES & fixtures:
         item.add_marker(pytest.mark.docker)
-    if SECOND_ENGINES & fixtures:
-        item.add_marker(pytest.mark.xdist_group("second_engines"))
+    if SECOND_ENGINES & fixtures or item.path.name in AT_THE_LIMITS:
+        item.add_marker(pytest.mark.xdist_group(ONE_AT_A_TIME))
     if item.path.name.startswith("test_red_team"):
         item.add_marker(pytest.mark.red_team)
     test = item.nodeid.split("[")[0]
@@ -95,6 +98,8 @@ def _fast_tier(config: pytest.Config) -> bool:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         _tier_markers(item)
+    # The longest xdist group first, so the other workers share the rest beside it (a stable sort).
+    items.sort(key=lambda item: item.get_closest_marker("xdist_group") is None)
     if not _fast_tier(config):
         return
     kept = [item for item in items if not (item.get_closest_marker("slow") or item.get_closest_marker("red_team"))]
