@@ -70,6 +70,19 @@ def _imports(path: Path) -> set[str]:
     return found
 
 
+def _imports_outside(paths: list[Path], allowed: set[str]) -> list[str]:
+    """``path: module`` for every import of ``paths`` whose top-level name is not in ``allowed`` (the standard
+    library and ``__future__`` are always allowed)."""
+    allowed = allowed | set(sys.stdlib_module_names) | {"__future__"}
+    wrong = {
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in paths
+        for name in _imports(path)
+        if name.split(".")[0] not in allowed
+    }
+    return sorted(wrong)
+
+
 def _graph() -> dict[str, set[str]]:
     return {name: {m for m in _imports(path) if m in FILES and m != name} for name, path in FILES.items()}
 
@@ -167,14 +180,8 @@ def test_the_evaluation_scripts_need_only_the_standard_library() -> None:
     runner, the evaluator, the agent's worker): they import the standard library and each other only."""
     scripts = PACKAGE / "tasks" / "scripts"
     local = {p.stem for p in scripts.glob("*.py")}
-    stdlib = set(sys.stdlib_module_names)
-    wrong = {
-        f"{path.name}: {name}"
-        for path in scripts.glob("*.py")
-        for name in _imports(path)
-        if name.split(".")[0] not in stdlib | local | {"__future__"} | OPTIONAL_IN_SCRIPTS
-    }
-    assert not wrong, sorted(wrong)
+    wrong = _imports_outside(sorted(scripts.glob("*.py")), local | OPTIONAL_IN_SCRIPTS)
+    assert not wrong, wrong
 
 
 REHEARSAL = PACKAGE / "rehearsal"
@@ -219,16 +226,11 @@ PRIME_RL_VENV_PROVIDES = {
 def test_the_prime_rl_side_imports_only_the_standard_library_torch_and_prime_rl() -> None:
     """prime_rl_side/air_prime_rl runs in someone else's environment (prime-rl's venv, started by air
     rehearse): never `air`, nor anything that venv may lack."""
-    allowed = set(sys.stdlib_module_names) | {"__future__", "torch", "prime_rl", "air_prime_rl"}
-    allowed |= PRIME_RL_VENV_PROVIDES
     package = PRIME_RL_SIDE / "air_prime_rl"
-    wrong = {
-        f"{path.relative_to(ROOT)}: {name}"
-        for path in package.rglob("*.py")
-        for name in _imports(path)
-        if name.split(".")[0] not in allowed
-    }
-    assert not wrong, sorted(wrong)
+    wrong = _imports_outside(
+        sorted(package.rglob("*.py")), {"torch", "prime_rl", "air_prime_rl"} | PRIME_RL_VENV_PROVIDES
+    )
+    assert not wrong, wrong
     assert {p.stem for p in package.rglob("*.py")} >= {"entry", "trainer", "cpu_torch", "sdpa_varlen", "trainer_probe"}
 
 
@@ -236,14 +238,8 @@ def test_the_import_stand_ins_import_only_the_standard_library_and_each_other() 
     """prime_rl_side/stand_ins/{cpu,gpu}: import-only packages put on prime-rl's venv path after its own."""
     stand_ins = PRIME_RL_SIDE / "stand_ins"
     own = {p.name for folder in stand_ins.iterdir() if folder.is_dir() for p in folder.iterdir() if p.is_dir()}
-    allowed = set(sys.stdlib_module_names) | {"__future__"} | own
-    wrong = {
-        f"{path.relative_to(ROOT)}: {name}"
-        for path in stand_ins.rglob("*.py")
-        for name in _imports(path)
-        if name.split(".")[0] not in allowed
-    }
-    assert not wrong, sorted(wrong)
+    wrong = _imports_outside(sorted(stand_ins.rglob("*.py")), own)
+    assert not wrong, wrong
     assert "air_prime_rl" not in own  # the package is installed, never put on the path as a stand-in
 
 
