@@ -5,6 +5,7 @@ uid no process has: it holds no descriptor and cannot be traced by that uid, and
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import tempfile
 import time
@@ -16,27 +17,32 @@ from air.tasks.scripts import agent_freeze
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the sender changes its uid: needs root")
 
-NOBODY_UID = 54_321  # no process on the host has it: kill(-1) as it reaches nothing
+
+@pytest.fixture
+def nobody_uid() -> int:
+    """A uid of this test's own, which no process on the host has (kill(-1) as it reaches nothing): a fixed one
+    was seen running when another suite's stopped sender held it at the same moment."""
+    return 1_000_000 + secrets.randbelow(1_000_000_000)
 
 
-def test_a_sender_finishes_and_nothing_of_the_uid_runs():
-    assert agent_freeze.signal_all_as(NOBODY_UID, 0) is True
-    assert agent_freeze.running_processes(NOBODY_UID) == []
+def test_a_sender_finishes_and_nothing_of_the_uid_runs(nobody_uid):
+    assert agent_freeze.signal_all_as(nobody_uid, 0) is True
+    assert agent_freeze.running_processes(nobody_uid) == []
 
 
-def test_a_stopped_sender_is_not_waited_for_beyond_its_bound(monkeypatch):
+def test_a_stopped_sender_is_not_waited_for_beyond_its_bound(monkeypatch, nobody_uid):
     def stop_myself(signum):  # in the sender: what an agent's SIGSTOP at the wrong moment does
         os.kill(os.getpid(), signal.SIGSTOP)
 
     monkeypatch.setattr(agent_freeze, "_send", stop_myself)
     started = time.monotonic()
-    finished = agent_freeze.signal_all_as(NOBODY_UID, signal.SIGSTOP)
+    finished = agent_freeze.signal_all_as(nobody_uid, signal.SIGSTOP)
     waited = time.monotonic() - started
     assert finished is False
     assert waited < agent_freeze.SENDER_WAIT_S * 5, waited  # bounded (a generous margin: a loaded machine)
 
 
-def test_the_sender_holds_no_descriptor_and_keeps_a_root_saved_uid(monkeypatch):
+def test_the_sender_holds_no_descriptor_and_keeps_a_root_saved_uid(monkeypatch, nobody_uid):
     fd, report = tempfile.mkstemp(prefix="air-sender-")  # in /tmp (1777): the sender can open it
     os.close(fd)
     os.chmod(report, 0o666)
@@ -49,9 +55,9 @@ def test_the_sender_holds_no_descriptor_and_keeps_a_root_saved_uid(monkeypatch):
 
     monkeypatch.setattr(agent_freeze, "_send", describe)
     try:
-        assert agent_freeze.signal_all_as(NOBODY_UID, 0) is True
+        assert agent_freeze.signal_all_as(nobody_uid, 0) is True
         count, ids = Path(report).read_text().split(" ", 1)
     finally:
         os.unlink(report)
     assert count == "1", f"the sender held {int(count) - 1} descriptors"
-    assert ids == f"({NOBODY_UID}, {NOBODY_UID}, 0)", ids
+    assert ids == f"({nobody_uid}, {nobody_uid}, 0)", ids
