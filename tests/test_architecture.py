@@ -27,9 +27,10 @@ ALLOWED = {
     "inference": {"env", "policies"},
     "runs": {"sandbox", "tasks", "env", "policies", "inference"},
     "training": {"sandbox", "tasks", "env"},
-    "rehearsal": {"sandbox", "tasks", "env", "policies", "inference", "training"},
+    "fleet": {"sandbox", "training"},
+    "rehearsal": {"sandbox", "tasks", "env", "policies", "inference", "training", "fleet"},
     "viewer": {"tasks", "env"},
-    "cli": {"sandbox", "tasks", "env", "policies", "inference", "runs", "training", "rehearsal", "viewer"},
+    "cli": {"sandbox", "tasks", "env", "policies", "inference", "runs", "training", "rehearsal", "viewer", "fleet"},
 }
 # The only modules that import verifiers themselves; everything else reaches it through them or not at all.
 VERIFIERS_IMPORTERS = {
@@ -37,6 +38,7 @@ VERIFIERS_IMPORTERS = {
     "air.env.v1_front",
     "air.env.v1_player",
     "air.env.load",
+    "air.env.v1_serve",
     "air_mlgym",
     "simple_env",
 }

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from air.cli.errors import CommandError
+from air.cli.fleet import register_fleet
 from air.cli.rehearse import register_rehearse
 from air.cli.replay import register_replay
 from air.cli.runs import register_policy_server, register_standalone, register_tiny_model
@@ -34,6 +35,7 @@ _REGISTRARS: list[Callable[[argparse._SubParsersAction], None]] = [
     register_rehearse,
     register_train,
     register_clean,
+    register_fleet,
 ]
 
 

@@ -1,0 +1,149 @@
+"""``air fleet``: env nodes past one machine (docs/scaling.md).
+
+air fleet init DIR --config rl.toml [--source NAME]   the fleet folder: keys, the env the nodes serve
+air fleet node DIR                                    one env node (a Slurm job step runs it per node)
+air fleet spread DIR --address tcp://127.0.0.1:PORT   the source's one address, beside the orchestrator
+air fleet status DIR                                  the nodes recorded, each spreader's figures
+air fleet submit DIR --nodes N [sbatch options]       the env nodes as one Slurm job (see air.fleet.slurm)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import shlex
+import sys
+from pathlib import Path
+
+from air.cli.errors import CommandError
+
+
+def register_fleet(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "fleet", help="env nodes on many machines (Slurm): init, node, spread, status, submit"
+    )
+    commands = parser.add_subparsers(dest="fleet_command", metavar="COMMAND", required=True)
+
+    init = commands.add_parser("init", help="make a fleet folder: the run's keys and the env its nodes serve")
+    init.add_argument("folder", type=Path, help="on storage every node and the orchestrator's node share")
+    init.add_argument("--config", type=Path, required=True, help="today's prime-rl rl TOML (configs/mlgym-v1/)")
+    init.add_argument("--source", help="the source whose env the nodes serve (default: the only train source)")
+    init.set_defaults(func=cmd_init)
+
+    node = commands.add_parser("node", help="serve the fleet's env on this node, behind its gate")
+    node.add_argument("folder", type=Path)
+    node.add_argument("--name", help="default: $SLURMD_NODENAME, else the host name")
+    node.add_argument("--host", default="", help="the address other nodes reach this one at (default: host name)")
+    node.add_argument("--bind", default="*", help="the interface the gate listens on (default: all)")
+    node.add_argument("--port", type=int, default=0, help="default: a free port")
+    node.add_argument("--capacity", type=int, help="episodes at once (default: the env's pool_size)")
+    node.add_argument("--no-docker", action="store_true", help="the env server needs no Docker engine")
+    node.add_argument("--server-command", help="the env server to run (default: python -m air.env.v1_serve)")
+    node.set_defaults(func=cmd_node)
+
+    spread = commands.add_parser("spread", help="one address for a source, its episodes spread over the nodes")
+    spread.add_argument("folder", type=Path)
+    spread.add_argument("--address", required=True, help="where the orchestrator connects: the source's serve.address")
+    spread.add_argument("--source", default="train", help="names its figures file (default: train)")
+    spread.add_argument("--lost-after", type=float, default=10.0, help="seconds of silence that lose a node")
+    spread.add_argument("--probe-interval", type=float, default=1.0, help="seconds between status probes")
+    spread.add_argument("--node-capacity", type=int, help="at most this many episodes per node")
+    spread.set_defaults(func=cmd_spread)
+
+    status = commands.add_parser("status", help="the nodes recorded and each spreader's figures")
+    status.add_argument("folder", type=Path)
+    status.set_defaults(func=cmd_status)
+
+    from air.cli.fleet_submit import register_submit
+
+    register_submit(commands)
+
+
+def _folder(path: Path):
+    from air.fleet.folder import FleetFolder
+
+    return FleetFolder(path)
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    """Make the fleet folder: the run's CURVE keys (owner-only) and env.json, the source's [env] table."""
+    from air.fleet.errors import FleetError
+    from air.fleet.source_env import source_env
+
+    try:
+        env = source_env(args.config, args.source)
+        folder = _folder(args.folder)
+        folder.create(env)
+    except FleetError as exc:
+        raise CommandError(str(exc)) from exc
+    print(f"fleet folder {folder.root}: env {env['taskset']['id']!r}, keys in {folder.keys} (owner-only)")
+    return 0
+
+
+def _logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+
+
+def cmd_node(args: argparse.Namespace) -> int:
+    from air.fleet.errors import FleetError
+    from air.fleet.node import NodeOptions, serve_node
+
+    _logging()
+    options = NodeOptions(
+        folder=_folder(args.folder),
+        host=args.host,
+        bind=args.bind,
+        port=args.port,
+        capacity=args.capacity,
+        docker=not args.no_docker,
+        server_command=shlex.split(args.server_command) if args.server_command else None,
+    )
+    if args.name:
+        options.name = args.name
+    try:
+        return serve_node(options)
+    except FleetError as exc:
+        raise CommandError(str(exc)) from exc
+
+
+def cmd_spread(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from air.fleet.errors import FleetError
+    from air.fleet.settings import SpreadSettings
+    from air.fleet.spreader import Spreader
+
+    _logging()
+    try:
+        settings = SpreadSettings(
+            probe_interval_s=args.probe_interval, lost_after_s=args.lost_after, node_capacity=args.node_capacity
+        )
+        spreader = Spreader(_folder(args.folder), args.address, args.source, settings)
+    except ValidationError as exc:
+        raise CommandError(f"air fleet spread: {exc.errors()[0]['msg']}") from exc
+    except FleetError as exc:
+        raise CommandError(str(exc)) from exc
+    try:
+        asyncio.run(spreader.run())
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    folder = _folder(args.folder)
+    records = folder.records()
+    print(f"{len(records)} env nodes recorded in {folder.nodes}")
+    for record in records.values():
+        print(f"  {record.name}: {record.address}, {record.capacity} at once, GPUs {record.gpus or 'none'}")
+    for path in sorted(folder.spread.glob("*.json")):
+        figures = json.loads(path.read_text())
+        print(f"source {figures['source']} at {figures['address']}: {figures['waiting']} waiting")
+        for name, node in figures["nodes"].items():
+            print(
+                f"  {name}: {node['state']}, {node['running']} running, {node['done']} done, {node['failed']} failed,"
+                f" {node['warm_containers']} containers"
+            )
+    return 0

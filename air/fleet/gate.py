@@ -1,0 +1,155 @@
+"""An env node's one door: a CURVE-secured ROUTER in front of its env server, which listens on a private
+socket only this user can reach.
+
+Only a peer holding the run's client key gets past the handshake (pyzmq's ZAP authenticator with one
+allowed key); a refused peer's frames never reach the socket, so nothing is run or read for it. Admitted
+frames go to the env server untouched and its replies go back to whoever asked, in either generation of
+verifiers' wire (:mod:`air.fleet.wire`). The gate answers the spreader's ``air-status`` itself: how long since
+its env server and its Docker engine last answered, what runs, how many containers it holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from collections.abc import Callable
+
+import zmq
+import zmq.asyncio
+from zmq.auth.asyncio import AsyncioAuthenticator
+
+from air.fleet import wire
+from air.fleet.folder import KeyPair
+from air.fleet.settings import GateSettings
+
+log = logging.getLogger(__name__)
+OWN = b"gate-"  # request ids of the gate's own requests to its env server
+
+
+class Gate:
+    def __init__(
+        self,
+        node_keys: KeyPair,
+        client_public: bytes,
+        inner_address: str,
+        settings: GateSettings | None = None,
+        engine_check: Callable[[], bool] | None = None,
+        containers: Callable[[], int | None] | None = None,
+    ) -> None:
+        self.settings = settings or GateSettings()
+        self.engine_check = engine_check
+        self.count_containers = containers
+        self.ctx = zmq.asyncio.Context()
+        self.allowed = wire.OnlyKey(client_public)
+        self.auth = AsyncioAuthenticator(self.ctx)
+        self.auth.start()
+        self.auth.configure_curve_callback("*", credentials_provider=self.allowed)
+        self.front = self.ctx.socket(zmq.ROUTER)
+        for option, value in ((zmq.ROUTER_MANDATORY, 1), (zmq.LINGER, 0), (zmq.SNDHWM, 0), (zmq.RCVHWM, 0)):
+            self.front.setsockopt(option, value)
+        wire.curve_server(self.front, node_keys.public, node_keys.secret)
+        self.inner = self.ctx.socket(zmq.DEALER)
+        for option, value in ((zmq.LINGER, 0), (zmq.SNDHWM, 0), (zmq.RCVHWM, 0)):
+            self.inner.setsockopt(option, value)
+        self.inner.connect(inner_address)
+        self.pending: dict[bytes, bytes] = {}  # request id -> the peer that asked
+        self.wire: wire.Wire | None = None
+        started = time.monotonic()
+        self.inner_seen = started  # the env server's last answer (or the start, before its first)
+        self.engine_seen = started
+        self.inner_answered = False
+        self.containers: int | None = None
+        self._ids = itertools.count()
+
+    def bind(self, address: str) -> str:
+        """Bind the door (``tcp://*:0`` takes a free port); returns the endpoint bound."""
+        self.front.bind(address)
+        return self.front.getsockopt_string(zmq.LAST_ENDPOINT)
+
+    def _own_id(self) -> bytes:
+        return OWN + str(next(self._ids)).encode()
+
+    def status(self) -> dict:
+        now = time.monotonic()
+        return {
+            "inner_answered": self.inner_answered,
+            "inner_silent_s": round(now - self.inner_seen, 3),
+            "engine_silent_s": round(now - self.engine_seen, 3) if self.engine_check else 0.0,
+            "wire": self.wire.name if self.wire else None,
+            "running": len(self.pending),
+            "containers": self.containers,
+            "refused": self.allowed.refused,
+        }
+
+    async def run(self) -> None:
+        checks = asyncio.create_task(self._check_forever())
+        try:
+            poller = zmq.asyncio.Poller()
+            poller.register(self.front, zmq.POLLIN)
+            poller.register(self.inner, zmq.POLLIN)
+            while True:
+                events = dict(await poller.poll())
+                if self.front in events:
+                    await self._from_peer(await self.front.recv_multipart(copy=False))
+                if self.inner in events:
+                    await self._from_server(await self.inner.recv_multipart(copy=False))
+        finally:
+            checks.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await checks
+
+    async def _from_peer(self, frames: list) -> None:
+        if len(frames) != 4:
+            log.warning("dropped a message of %d frames from an admitted peer", len(frames))
+            return
+        peer, request_id, method, payload = (frame.bytes for frame in frames)
+        if method == wire.STATUS:
+            await self._send(peer, request_id, [wire.pack(self.status())])
+        elif method == wire.FORGET:
+            for target in wire.unpack(payload).get("request_ids", []):
+                body = wire.pack({"request_id": str(target)})
+                await self.inner.send_multipart([self._own_id(), wire.CANCEL, body])
+        elif request_id.startswith(OWN):
+            log.warning("dropped a request whose id imitates the gate's own")
+        else:
+            self.pending[request_id] = peer
+            await self.inner.send_multipart([request_id, method, payload])
+
+    async def _from_server(self, frames: list) -> None:
+        request_id, rest = frames[0].bytes, frames[1:]
+        if request_id.startswith(OWN):
+            self.inner_seen = time.monotonic()
+            self.inner_answered = True
+            self.wire = self.wire or wire.wire_of(rest)
+            return
+        final = wire.is_final(rest)
+        peer = self.pending.pop(request_id, None) if final else self.pending.get(request_id)
+        if peer is not None:
+            await self._send(peer, request_id, rest)
+
+    async def _send(self, peer: bytes, request_id: bytes, rest: list) -> None:
+        try:
+            await self.front.send_multipart([peer, request_id, *rest], copy=False)
+        except zmq.ZMQError as exc:  # the peer is gone (a spreader restarted): its reply has no one to go to
+            log.info("a reply to a peer that left was dropped (%s)", exc)
+
+    async def _check_forever(self) -> None:
+        while True:
+            await self.inner.send_multipart([self._own_id(), wire.HEALTH, wire.pack({})])
+            if self.engine_check is not None:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.settings.check_timeout_s):
+                        if await asyncio.to_thread(self.engine_check):
+                            self.engine_seen = time.monotonic()
+                            if self.count_containers is not None:
+                                self.containers = await asyncio.to_thread(self.count_containers)
+            await asyncio.sleep(self.settings.check_interval_s)
+
+    def close(self) -> None:
+        self.auth.stop()
+        self.front.close(linger=0)
+        self.inner.close(linger=0)
+        self.ctx.term()

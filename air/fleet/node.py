@@ -1,0 +1,212 @@
+"""``air fleet node``: one env node's life, as a Slurm job step runs it (or by hand on any host).
+
+In order: its Docker engine answers (else it stops at once, saying so); the containers a previous start of
+this node left are removed; the env's image is there (built if it is ours and missing); the env server
+starts on a private socket (:mod:`air.env.v1_serve`, the node's GPUs given to its tasks); the gate
+(:mod:`air.fleet.gate`) opens on the node's address; once the env server answers, the node's record goes
+into the fleet folder for the spreader to find. On SIGTERM, SIGINT, or its env server's death: the record
+is withdrawn, the env server stopped (its episodes answer as cancelled through the gate), the gate closed
+and this node's containers removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import docker
+
+from air.fleet.errors import FleetError
+from air.fleet.folder import FleetFolder, NodeRecord, write_private
+from air.fleet.gate import Gate
+from air.fleet.settings import GateSettings
+from air.sandbox.config import LABEL_RUN
+from air.sandbox.engine import DOCKER_ERRORS, engine_address, engine_answers
+
+log = logging.getLogger(__name__)
+SERVER_MODULE = "air.env.v1_serve"
+
+
+@dataclass
+class NodeOptions:
+    folder: FleetFolder
+    name: str = field(default_factory=lambda: os.environ.get("SLURMD_NODENAME") or socket.gethostname())
+    host: str = ""  # the address others reach it at; default: this host's name
+    bind: str = "*"
+    port: int = 0
+    capacity: int | None = None  # default: the env's warm pool size
+    docker: bool = True  # False: a server that needs no engine (tests' stub servers)
+    server_command: list[str] | None = None  # default: python -m air.env.v1_serve
+    start_timeout_s: float = 300.0
+    gate: GateSettings = field(default_factory=GateSettings)
+
+
+def node_gpus() -> list[str]:
+    """The GPUs Slurm (or the user) gave this step, as device ids; none when nothing says."""
+    for variable in ("CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS"):
+        value = os.environ.get(variable, "").strip()
+        if value and value != "NoDevFiles":
+            return [part.strip() for part in value.split(",") if part.strip()]
+    return []
+
+
+def node_env(options: NodeOptions) -> tuple[dict, str, int, list[str]]:
+    """The env this node serves (its run id its own, its GPUs given to tasks), that run id, its capacity."""
+    env = options.folder.env_config()
+    taskset = dict(env["taskset"])
+    run_id = f"{taskset.get('run_id') or 'air'}-{options.name}"
+    taskset["run_id"] = run_id
+    gpus = node_gpus()
+    if gpus and not taskset.get("env_gpu"):
+        taskset["env_gpu"] = ",".join(gpus)
+    capacity = options.capacity or int(taskset.get("pool_size") or 4) or 1
+    return {**env, "taskset": taskset}, run_id, capacity, gpus
+
+
+def our_containers(run_id: str, *, running_only: bool = False) -> list:
+    client = docker.from_env(timeout=10)
+    try:
+        filters = {"label": f"{LABEL_RUN}={run_id}"}
+        return client.containers.list(all=not running_only, filters=filters, ignore_removed=True)
+    finally:
+        client.close()
+
+
+def remove_containers(run_id: str) -> int:
+    removed = 0
+    for container in our_containers(run_id):
+        with contextlib.suppress(*DOCKER_ERRORS):
+            container.remove(force=True)
+            removed += 1
+    return removed
+
+
+def prepare_engine(env: dict, run_id: str) -> None:
+    if not engine_answers(timeout=5):
+        raise FleetError(
+            f"this node's Docker engine does not answer at {engine_address()}: start it (dockerd), or set DOCKER_HOST"
+        )
+    removed = remove_containers(run_id)
+    if removed:
+        log.info("removed %d containers a previous start of this node left (label %s=%s)", removed, LABEL_RUN, run_id)
+    image = env["taskset"].get("image")
+    if image:
+        client = docker.from_env(timeout=30)
+        try:
+            client.images.get(image)
+        except docker.errors.ImageNotFound as exc:
+            raise FleetError(
+                f"image {image} (the env's `image`) is not on this node's engine: load or build it here"
+            ) from exc
+        finally:
+            client.close()
+    else:
+        from air.sandbox.image.build import build_image
+
+        build_image(progress=False)  # ours: built here if missing, from the recipe
+
+
+def serve_node(options: NodeOptions) -> int:
+    """Run the node until it is told to stop; 0 on a stop asked for, 1 when its env server died."""
+    folder = options.folder
+    node_keys, client_public = folder.key_pair("node"), folder.key_pair("client").public
+    env, run_id, capacity, gpus = node_env(options)
+    if options.docker:
+        prepare_engine(env, run_id)
+    private = Path(tempfile.mkdtemp(prefix="air-node-"))  # 0700: the env server's socket is this user's only
+    config = private / "env.json"
+    write_private(config, json.dumps(env))
+    inner_address = f"ipc://{private}/env.sock"
+    logs = folder.logs(options.name)
+    logs.mkdir(parents=True, exist_ok=True)
+    command = options.server_command or [sys.executable, "-m", SERVER_MODULE]
+    with open(logs / "env-server.log", "ab") as server_log:
+        server = subprocess.Popen(
+            [*command, str(config), inner_address, str(capacity)], stdout=server_log, stderr=subprocess.STDOUT
+        )
+    try:
+        return asyncio.run(_serve(options, node_keys, client_public, inner_address, server, capacity, gpus, run_id))
+    finally:
+        _stop(server)
+        if options.docker:
+            with contextlib.suppress(*DOCKER_ERRORS):
+                remove_containers(run_id)
+        for path in private.iterdir():
+            path.unlink(missing_ok=True)
+        private.rmdir()
+
+
+async def _serve(options, node_keys, client_public, inner_address, server, capacity, gpus, run_id) -> int:
+    engine_check = (lambda: engine_answers(timeout=options.gate.check_timeout_s)) if options.docker else None
+    containers = (lambda: len(our_containers(run_id, running_only=True))) if options.docker else None
+    gate = Gate(node_keys, client_public, inner_address, options.gate, engine_check, containers)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    endpoint = gate.bind(f"tcp://{options.bind}:{options.port}")
+    port = int(endpoint.rsplit(":", 1)[1])
+    record = NodeRecord(
+        name=options.name,
+        address=f"tcp://{options.host or socket.gethostname()}:{port}",
+        incarnation=uuid.uuid4().hex,
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        capacity=capacity,
+        gpus=gpus,
+    )
+    gating = asyncio.create_task(gate.run())
+    code = 0
+    try:
+        deadline = time.monotonic() + options.start_timeout_s
+        while not gate.inner_answered:
+            if server.poll() is not None or time.monotonic() > deadline:
+                server_log = options.folder.logs(options.name) / "env-server.log"
+                raise FleetError(f"the env server of node {options.name} did not start: read {server_log}")
+            await asyncio.sleep(0.2)
+        options.folder.publish(record)
+        log.info(
+            "env node %s serves at %s (%d episodes at once, GPUs %s)",
+            record.name,
+            record.address,
+            capacity,
+            gpus or "none",
+        )
+        while not stop.is_set():
+            if server.poll() is not None:
+                log.error("env node %s: its env server exited (%s): stopping", options.name, server.returncode)
+                code = 1
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 1.0)
+    finally:
+        options.folder.withdraw(record)
+        await asyncio.to_thread(_stop, server)  # its episodes answer "cancelled" through the still-open gate
+        gating.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await gating
+        gate.close()
+    return code
+
+
+def _stop(server: subprocess.Popen, grace_s: float = 30.0) -> None:
+    if server.poll() is not None:
+        return
+    server.terminate()
+    try:
+        server.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()

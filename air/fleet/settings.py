@@ -1,0 +1,38 @@
+"""The fleet's timings and bounds, typed and checked when read (``air fleet spread``/``node`` options)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class SpreadSettings(BaseModel):
+    """The spreader's side. A node is lost when it has not answered a status probe for ``lost_after_s``, or
+    says its Docker engine or its env server has not answered for that long: its runs in flight are failed
+    at most ``lost_after_s + 2 * probe_interval_s`` after the last answer (docs/scaling.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    probe_interval_s: float = Field(1.0, gt=0, le=60, description="how often each node is asked how it is")
+    lost_after_s: float = Field(10.0, gt=0, le=3600, description="silence after which a node's runs are failed")
+    node_capacity: int | None = Field(
+        None, ge=1, description="at most this many episodes on one node (default: what the node says it runs)"
+    )
+    log_interval_s: float = Field(30.0, gt=0, description="how often a line per node goes to the log")
+
+    @model_validator(mode="after")
+    def _probe_faster_than_loss(self) -> SpreadSettings:
+        if self.lost_after_s < 2 * self.probe_interval_s:
+            raise ValueError(
+                f"lost_after_s ({self.lost_after_s}) must be at least twice probe_interval_s ({self.probe_interval_s}):"
+                " one late probe must not lose a node"
+            )
+        return self
+
+
+class GateSettings(BaseModel):
+    """The env node's side: how often it checks its own Docker engine and env server."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    check_interval_s: float = Field(1.0, gt=0, le=60)
+    check_timeout_s: float = Field(3.0, gt=0, le=60)
