@@ -17,6 +17,7 @@ SLOW_TESTS: frozenset[str] = frozenset(
         "tests/env/test_mlgym_env.py::test_vf_eval_against_the_scripted_server_saves_results",
         "tests/env/test_time_limits.py::test_a_comment_does_not_buy_the_training_timeout",
         "tests/env/test_time_limits.py::test_the_rollout_time_limit_cuts_a_command_and_ends_the_episode",
+        "tests/fleet/test_slurm_cluster.py",  # each test pays for a cluster's start and stop (5 s and more)
         "tests/inference/test_policy_server.py::test_an_idle_connection_outlives_the_clients_pool_expiry",
         "tests/runs/test_demo.py::test_every_task_gets_one_status",
         "tests/runs/test_demo.py::test_lane_merge_is_judged_as_a_sampled_game",
