@@ -295,7 +295,8 @@ do_start() {
     # Recorded before the first daemon starts, so that stop finds every one of them.
     printf 'NODES=%s\nCLUSTER_NAME=%s\n' "$nodes" "$cluster" > "$state_file"
 
-    # munged of our own, on a key of our own. As root it wants --force (it refuses to run as root otherwise).
+    # munged of our own, on a key of our own. --force: a DIR under a world-writable folder (no sticky bit) is
+    # then a warning in its log, not a refusal (munged 0.5.15 itself runs as root without it).
     [[ -s "$munge_dir/munge.key" ]] || mungekey --create --keyfile="$munge_dir/munge.key" 2>"$dir/log/mungekey.log" \
         || die "mungekey failed: $dir/log/mungekey.log"
     chmod 600 "$munge_dir/munge.key"
