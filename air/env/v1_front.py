@@ -20,6 +20,8 @@ interaction: a failed trace with its cause, which prime-rl leaves out of trainin
 from __future__ import annotations
 
 import asyncio
+import os
+import time
 from typing import Any
 
 import verifiers.v1 as vf
@@ -33,6 +35,9 @@ from air.env.settings import MLGymEnvSettings, parse_env_settings
 from air.env.trajectories import error_line
 from air.env.v1_player import PLAYER
 from air.sandbox.errors import SandboxesUnavailable
+
+# Set by an env node (air.fleet.node) for its env server: each trace says which node ran it, and when it ended.
+FLEET_NODE_VARIABLE = "AIR_FLEET_NODE"
 
 follow("verifiers.v1")  # our warnings where vf-eval 0.4.0 and prime-rl's env servers put verifiers' own
 
@@ -131,6 +136,8 @@ class MLGymV1Env(vf.Env[MLGymV1EnvConfig]):
                 trace.info["exit_status"] = ended.reason.value
             if trace is not None and ended.path is not None and not cancelled:
                 trace.info["trajectory_path"] = str(ended.path)
+            if trace is not None and (node := os.environ.get(FLEET_NODE_VARIABLE)):
+                trace.info["env_node"], trace.info["ended_at"] = node, time.time()  # which node, when (air/fleet)
 
     async def _episode(self, rollout: Rollout, interaction: Any) -> ModelCallFailed | None:
         """Turns until play ends the rollout (submit, a limit: the turn limit is the core's); the reply of the

@@ -134,7 +134,10 @@ def serve_node(options: NodeOptions) -> int:
     command = options.server_command or [sys.executable, "-m", SERVER_MODULE]
     with open(logs / "env-server.log", "ab") as server_log:
         server = subprocess.Popen(
-            [*command, str(config), inner_address, str(capacity)], stdout=server_log, stderr=subprocess.STDOUT
+            [*command, str(config), inner_address, str(capacity)],
+            stdout=server_log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "AIR_FLEET_NODE": options.name},  # air.env.v1_front puts it in each trace's info
         )
     try:
         return asyncio.run(_serve(options, node_keys, client_public, inner_address, server, capacity, gpus, run_id))
