@@ -52,6 +52,13 @@ def register_fleet(subparsers: argparse._SubParsersAction) -> None:
     spread.add_argument("--node-capacity", type=int, help="at most this many episodes per node")
     spread.set_defaults(func=cmd_spread)
 
+    overlay = commands.add_parser("overlay", help="a TOML to put last on `rl @ ...`: the source over the env nodes")
+    overlay.add_argument("folder", type=Path)
+    overlay.add_argument("--config", type=Path, required=True, help="today's prime-rl rl TOML")
+    overlay.add_argument("--source", required=True, help="the train source whose episodes go to the env nodes")
+    overlay.add_argument("--port", type=int, default=5950, help="the spreader's loopback port (default: 5950)")
+    overlay.set_defaults(func=cmd_overlay)
+
     status = commands.add_parser("status", help="the nodes recorded and each spreader's figures")
     status.add_argument("folder", type=Path)
     status.set_defaults(func=cmd_status)
@@ -129,6 +136,19 @@ def cmd_spread(args: argparse.Namespace) -> int:
         asyncio.run(spreader.run())
     except KeyboardInterrupt:
         pass
+    return 0
+
+
+def cmd_overlay(args: argparse.Namespace) -> int:
+    """Write FOLDER/rl-overlay.toml: the source's serve.address and the spreader's start (air.fleet.overlay)."""
+    from air.fleet.errors import FleetError
+    from air.fleet.overlay import write_overlay
+
+    try:
+        path = write_overlay(_folder(args.folder), args.config, args.source, args.port)
+    except FleetError as exc:
+        raise CommandError(str(exc)) from exc
+    print(f"wrote {path}: rl @ {args.config} @ <your slurm.toml> @ {path}")
     return 0
 
 
