@@ -30,6 +30,17 @@ def register_rehearse(subparsers: argparse._SubParsersAction) -> None:
         "the rehearsal starts none for it and the orchestrator connects there (repeatable)",
     )
     parser.add_argument(
+        "--env-nodes",
+        action="append",
+        default=[],
+        metavar="SOURCE=FOLDER",
+        help="today's prime-rl: this source's episodes go to the env nodes of a fleet folder (air fleet); the "
+        "rehearsal starts the spreader over them and reports each node (repeatable)",
+    )
+    parser.add_argument(
+        "--node-lost-after", type=float, default=10.0, help="with --env-nodes: seconds of silence that lose a node"
+    )
+    parser.add_argument(
         "--trainer",
         action="store_true",
         help="run prime-rl's own trainer (torchrun, one process; CUDA if there, else the CPU with a smaller batch) "
@@ -65,6 +76,12 @@ def cmd_rehearse(args: argparse.Namespace) -> int:
         if not source or not address.startswith("tcp://"):
             raise CommandError(f"--external-env-server {entry!r}: expected SOURCE=tcp://HOST:PORT")
         external[source] = address
+    env_nodes = {}
+    for entry in args.env_nodes:
+        source, _, folder = entry.partition("=")
+        if not source or not folder:
+            raise CommandError(f"--env-nodes {entry!r}: expected SOURCE=FOLDER (a folder of `air fleet init`)")
+        env_nodes[source] = Path(folder)
     settings = RehearsalSettings(
         config=args.config,
         steps=args.steps,
@@ -74,6 +91,8 @@ def cmd_rehearse(args: argparse.Namespace) -> int:
         model_dir=args.model,
         timeout_s=args.timeout,
         external_env_servers=external,
+        env_nodes=env_nodes,
+        node_lost_after_s=args.node_lost_after,
         trainer=args.trainer,
     )
     console = output_console(stderr=args.json)

@@ -23,6 +23,7 @@ def register_check(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--endpoint", help="an inference server to probe (http://host:port/v1)")
     parser.add_argument("--prime-rl", dest="prime_rl", help="prime-rl checkout (default: $PRIME_RL_DIR, ~/prime-rl)")
     parser.add_argument("--nvidia-smi", dest="nvidia_smi", help="the nvidia-smi executable (default: on PATH)")
+    parser.add_argument("--fleet", metavar="DIR", help="a fleet folder (air fleet): how each env node is exposed")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     parser.set_defaults(func=cmd_check)
 
@@ -45,8 +46,13 @@ def cmd_check(args: argparse.Namespace) -> int:
         prime_rl_dir=args.prime_rl,
         nvidia_smi=args.nvidia_smi,
     )
+    fleet_rows = []
+    if args.fleet:
+        from air.fleet.exposure import fleet_rows as exposure_rows
+
+        fleet_rows = exposure_rows(args.fleet)
     if args.json:
-        rows = run_preflight(options)
+        rows = run_preflight(options) + fleet_rows
         print(json.dumps(rows_as_json(rows), indent=2))
         return exit_code(rows)
     from air.cli.console import output_console
@@ -54,7 +60,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     console = output_console()
     with CheckStatus(console) as status:
-        rows = run_preflight(options, on_check=status.check_started)
+        rows = run_preflight(options, on_check=status.check_started) + fleet_rows
     render_rows(console, rows, status.seconds)
     return exit_code(rows)
 

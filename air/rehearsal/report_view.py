@@ -46,6 +46,9 @@ def show(report: RehearsalReport, console: Console) -> None:
     for key, value in report.env_metrics.items():
         table.add_row(f"env {key}", _fmt(value))
     console.print(table)
+    for server in report.env_servers:
+        if server.get("env_nodes"):
+            show_env_nodes(server["source"], server["env_nodes"], console)
     if report.trainer_run is not None:
         show_trainer(report.trainer_run, console)
     for warning in report.warnings():
@@ -55,6 +58,18 @@ def show(report: RehearsalReport, console: Console) -> None:
     if report.dropped:
         console.print(f"Not rehearsed (need a network or a trainer): {', '.join(report.dropped)}")
     console.print(f"Batches, trajectories and logs: {report.output_dir}")
+
+
+def show_env_nodes(source: str, nodes: dict[str, dict], console: Console) -> None:
+    """Each env node of a spread source as the spreader last saw it (air/fleet)."""
+    table = Table(title=f"Env nodes of source {source}")
+    for column in ("node", "state", "running", "done", "failed", "losses", "warm containers"):
+        table.add_column(column, justify="left" if column in ("node", "state") else "right")
+    for name, node in nodes.items():
+        state = node["state"] + (f" ({node['reason']})" if node.get("reason") else "")
+        counts = (node["running"], node["done"], node["failed"], node["losses"], node.get("warm_containers"))
+        table.add_row(name, state, *("-" if value is None else str(value) for value in counts))
+    console.print(table)
 
 
 def show_trainer(run: TrainerRun, console: Console) -> None:

@@ -18,4 +18,6 @@ class RehearsalSettings:
     timeout_s: float = 1800.0
     seed: int = 0
     external_env_servers: dict[str, str] = field(default_factory=dict)  # v1: source name -> serve.address
+    env_nodes: dict[str, Path] = field(default_factory=dict)  # v1: source name -> its fleet folder (air/fleet)
+    node_lost_after_s: float = 10.0  # the spreader's bound for a lost env node
     trainer: bool = False  # prime-rl's own trainer instead of the stand-in (live_trainer)

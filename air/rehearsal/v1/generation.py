@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from air.fleet.folder import FleetFolder
 from air.rehearsal.checks import check_docker
 from air.rehearsal.errors import RehearsalError
 from air.rehearsal.figures import BatchFormatError, chat_markers
@@ -29,6 +31,7 @@ from air.rehearsal.settings import RehearsalSettings
 from air.rehearsal.v1.batches import read_micro_batches, read_traces, trained_samples, v1_figures
 from air.rehearsal.v1.plan import (
     V1Plan,
+    V1Source,
     check_external_servers,
     check_tasksets_load,
     free_port_block,
@@ -68,7 +71,7 @@ class V1:
     name = "v1"
 
     def plan(self, path: Path, raw: dict[str, Any], settings: RehearsalSettings) -> V1Plan:
-        return plan_v1(path, raw, settings.external_env_servers)
+        return plan_v1(path, raw, settings.external_env_servers, settings.env_nodes)
 
     def check(self, plan: V1Plan) -> None:
         if managed_sources(plan):
@@ -135,6 +138,12 @@ class V1:
     ) -> dict[str, Any]:
         logged = [json.loads(line) for line in read(derived.run_dir / "metrics.jsonl").splitlines() if line.strip()]
         stale, at_end = cancellations_logged(read(rehearsal.out / "logs" / "orchestrator.log"))
+        fleets = {source.name: source for source in plan.sources if source.fleet is not None}
+
+        def nodes_of(server: dict[str, Any]) -> dict[str, Any]:
+            source = fleets.get(server["source"])
+            return {"env_nodes": env_node_figures(source)} if source else {}
+
         by_source = read_back.figures.by_source
         return {
             "trajectory_strategy": "branches (v1 traces)",
@@ -142,7 +151,8 @@ class V1:
             "orchestrator_metrics": mean_of(logged, orchestrator_key),
             "generation": "v1",
             "env_servers": [
-                {**server, "rollouts": 0, "samples": 0, **by_source.get(server["source"], {})} for server in servers
+                {**server, "rollouts": 0, "samples": 0, **by_source.get(server["source"], {}), **nodes_of(server)}
+                for server in servers
             ],
             "cancelled_stale": stale,
             "cancelled_at_end": at_end,
@@ -164,6 +174,10 @@ def run_processes(
     try:
         for source in plan.sources:
             servers.append({"source": source.name, "address": addresses.get(source.name, source.address)})
+            if source.fleet is not None:
+                servers[-1]["started_by"] = f"the rehearsal: a spreader over the env nodes of {source.fleet}"
+                launched.append(start_spreader(source, settings.node_lost_after_s, out, plan.path))
+                continue
             if source.external:
                 servers[-1]["started_by"] = "separately (serve.address)"
                 continue
@@ -196,6 +210,26 @@ def run_processes(
             process.stop()
         reap_containers()
     return servers
+
+
+def start_spreader(source: V1Source, lost_after_s: float, out: Path, config: Path) -> Launched:
+    """``air fleet spread`` for a source over env nodes, in this environment (it needs no prime-rl)."""
+    command = [sys.executable, "-m", "air.cli.main", "fleet", "spread", str(source.fleet), "--address"]
+    command += [str(source.address), "--source", source.name, "--lost-after", f"{lost_after_s:g}"]
+    command += ["--probe-interval", f"{min(1.0, lost_after_s / 4):g}"]
+    log = out / "logs" / "spreaders" / f"{source.name}.log"
+    return Launched(f"spreader {source.name!r}", command, out, log, config, entry_env())
+
+
+def env_node_figures(source: V1Source) -> dict[str, Any]:
+    """The spreader's last figures per env node (its state, episodes running, done and failed, containers)."""
+    if source.fleet is None:
+        return {}
+    path = FleetFolder(source.fleet).spread / f"{source.name}.json"
+    try:
+        return json.loads(path.read_text()).get("nodes", {})
+    except (OSError, ValueError):
+        return {}
 
 
 def server_addresses(plan: V1Plan, configs: Path) -> dict[str, str]:

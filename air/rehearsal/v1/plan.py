@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from air.fleet.errors import FleetError
+from air.fleet.folder import FleetFolder
 from air.rehearsal.errors import RehearsalError
 from air.training.config_v1 import plugin_args, sources, taskset_of
 
@@ -34,6 +36,7 @@ class V1Source:
     name: str
     taskset: dict[str, Any]
     address: str | None  # set: an env server started separately (another node); None: the rehearsal starts it
+    fleet: Path | None = None  # env nodes (air/fleet): the rehearsal starts a spreader at ``address`` over them
 
     @property
     def external(self) -> bool:
@@ -60,10 +63,18 @@ class V1Plan:
         return sorted({str(s.taskset.get("image") or "") for s in self.sources if not s.external})
 
 
-def plan_v1(path: Path, raw: dict[str, Any], external: dict[str, str] | None = None) -> V1Plan:
+def plan_v1(
+    path: Path, raw: dict[str, Any], external: dict[str, str] | None = None, env_nodes: dict[str, Path] | None = None
+) -> V1Plan:
     """``external``: source name -> the address of its env server started separately, as if the
-    config said so in the source's ``serve.address``."""
-    raw = place_external_servers(path, raw, external or {})
+    config said so in the source's ``serve.address``. ``env_nodes``: source name -> a fleet folder: a spreader
+    the rehearsal starts on a free loopback port stands for that source's env server."""
+    env_nodes = env_nodes or {}
+    both = sorted(set(env_nodes) & set(external or {}))
+    if both:
+        raise RehearsalError(f"source {both[0]!r}: both an external env server and env nodes; name one")
+    spread = {name: f"tcp://127.0.0.1:{free_port_block(1)}" for name in env_nodes}
+    raw = place_external_servers(path, raw, {**(external or {}), **spread})
     orchestrator = raw.get("orchestrator") if isinstance(raw.get("orchestrator"), dict) else {}
     algo = orchestrator.get("algo", {}) if isinstance(orchestrator.get("algo"), dict) else {}
     if algo.get("type") in SECOND_MODEL_ALGOS or algo.get("reference") or algo.get("teacher"):
@@ -77,7 +88,8 @@ def plan_v1(path: Path, raw: dict[str, Any], external: dict[str, str] | None = N
             raise RehearsalError(f"{path}: [[{table}]] #{index + 1} has no env.taskset.id")
         serve = source.get("serve") if isinstance(source.get("serve"), dict) else {}
         name = str(source.get("name") or taskset["id"])
-        found.append(V1Source(name=name, taskset=dict(taskset), address=serve.get("address")))
+        fleet = env_nodes.get(name)
+        found.append(V1Source(name=name, taskset=dict(taskset), address=serve.get("address"), fleet=fleet))
     if not found:
         raise RehearsalError(f"{path}: no [[orchestrator.train.source]]: nothing to rehearse")
     dropped = [key for key in DROPPED if key in raw]
@@ -158,6 +170,9 @@ def check_external_servers(plan: V1Plan, timeout: float = 5.0) -> None:
     for source in plan.sources:
         if not source.external:
             continue
+        if source.fleet is not None:
+            check_env_nodes(source.name, source.fleet)
+            continue
         parsed = urlparse(str(source.address))
         if parsed.scheme != "tcp" or not parsed.hostname or not parsed.port:
             raise RehearsalError(f"source {source.name!r}: serve.address {source.address!r} is not tcp://HOST:PORT")
@@ -213,9 +228,24 @@ def check_tasksets_load(plan: V1Plan) -> None:
             raise RehearsalError(f"source {source.name!r} (air_mlgym) does not load: {exc}{hint}") from exc
 
 
+def check_env_nodes(name: str, folder: Path) -> None:
+    """The fleet folder holds the run's keys and at least one env node has joined."""
+    fleet = FleetFolder(folder)
+    try:
+        fleet.key_pair("client"), fleet.key_pair("node")
+    except FleetError as exc:
+        raise RehearsalError(f"source {name!r}: {exc}") from exc
+    if not fleet.records():
+        raise RehearsalError(
+            f"source {name!r}: no env node has joined {fleet.nodes}: start them first (air fleet submit, or "
+            "air fleet node on each host)"
+        )
+
+
 __all__ = [
     "V1Plan",
     "V1Source",
+    "check_env_nodes",
     "check_external_servers",
     "check_tasksets_load",
     "free_port_block",
