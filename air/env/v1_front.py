@@ -50,8 +50,11 @@ class MLGymTasksetConfig(vf.TasksetConfig, MLGymEnvSettings):
         return parse_env_settings(self.model_dump(include=fields, exclude_unset=True))
 
 
-class MLGymTaskData(vf.TaskData):
-    """What travels from the orchestrator to an env server: names and prompts, JSON only."""
+class MLGymTaskData(vf.WireTaskData):
+    """What travels from the orchestrator to an env server: names and prompts, JSON only. A WireTaskData:
+    prime-rl 559b447's orchestrator, when an env server answers an episode with an error (a lost env node),
+    builds the failed episode with the dispatched task's own data as a WireTaskData, and any other TaskData
+    type fails that validation and stops the orchestrator (dispatcher.py, handle_completed_episode)."""
 
     task_name: str
     task_id: str

@@ -61,6 +61,10 @@ class Gate:
         self.inner_seen = started  # the env server's last answer (or the start, before its first)
         self.engine_seen = started
         self.inner_answered = False
+        # Counted, not only timed: a gate that was itself descheduled for a while has sent nothing meanwhile,
+        # and must not report its env server or engine silent on that account alone.
+        self.inner_unanswered = 0  # health requests sent since its last answer
+        self.engine_failed = 0  # engine checks in a row that failed
         self.containers: int | None = None
         self._ids = itertools.count()
 
@@ -77,7 +81,9 @@ class Gate:
         return {
             "inner_answered": self.inner_answered,
             "inner_silent_s": round(now - self.inner_seen, 3),
+            "inner_unanswered": self.inner_unanswered,
             "engine_silent_s": round(now - self.engine_seen, 3) if self.engine_check else 0.0,
+            "engine_failed_checks": self.engine_failed,
             "wire": self.wire.name if self.wire else None,
             "running": len(self.pending),
             "containers": self.containers,
@@ -122,7 +128,7 @@ class Gate:
         request_id, rest = frames[0].bytes, frames[1:]
         if request_id.startswith(OWN):
             self.inner_seen = time.monotonic()
-            self.inner_answered = True
+            self.inner_answered, self.inner_unanswered = True, 0
             self.wire = self.wire or wire.wire_of(rest)
             return
         final = wire.is_final(rest)
@@ -138,14 +144,20 @@ class Gate:
 
     async def _check_forever(self) -> None:
         while True:
+            self.inner_unanswered += 1
             await self.inner.send_multipart([self._own_id(), wire.HEALTH, wire.pack({})])
             if self.engine_check is not None:
+                answered = False
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self.settings.check_timeout_s):
-                        if await asyncio.to_thread(self.engine_check):
-                            self.engine_seen = time.monotonic()
-                            if self.count_containers is not None:
-                                self.containers = await asyncio.to_thread(self.count_containers)
+                        answered = await asyncio.to_thread(self.engine_check)
+                if answered:
+                    self.engine_seen, self.engine_failed = time.monotonic(), 0
+                    if self.count_containers is not None:
+                        with contextlib.suppress(Exception):  # a count is a figure, never a reason to stop
+                            self.containers = await asyncio.to_thread(self.count_containers)
+                else:
+                    self.engine_failed += 1
             await asyncio.sleep(self.settings.check_interval_s)
 
     def close(self) -> None:

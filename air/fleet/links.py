@@ -43,6 +43,7 @@ class Link:
     last_answer: float = field(default_factory=time.monotonic)
     joined_at: float = field(default_factory=time.monotonic)
     status: dict = field(default_factory=dict)
+    unanswered: int = 0  # status probes sent since its last answer
     in_flight: dict[bytes, Request] = field(default_factory=dict)
     given_up: list[bytes] = field(default_factory=list)  # failed while lost: cancelled there on rejoin
     done: int = 0  # episodes it answered (ok or not: the env's verdict travels in the reply)
@@ -71,6 +72,7 @@ class Link:
             "losses": self.losses,
             "late_replies_dropped": self.late,
             "warm_containers": self.status.get("containers"),
+            "wire": self.status.get("wire"),  # its env server's verifiers (a60a606: TWO_FRAMES, 0.4: THREE_FRAMES)
             "capacity": self.record.capacity,
             "gpus": self.record.gpus,
             "reason": self.reason,

@@ -134,6 +134,7 @@ class Spreader:
             await self._sync_records(self.folder.records())
             now = time.monotonic()
             for link in list(self.links.values()):
+                link.unanswered += 1
                 await link.socket.send_multipart([OWN + str(next(self._ids)).encode(), wire.STATUS, b""])
                 if link.state in (NodeState.UP, NodeState.LEAVING) and (reason := self._trouble(link, now)):
                     await self._lose(link, reason)
@@ -141,17 +142,21 @@ class Spreader:
             await asyncio.sleep(self.settings.probe_interval_s)
 
     def _trouble(self, link: Link, now: float) -> str:
-        limit = self.settings.lost_after_s
-        if now - link.last_answer > limit:
+        """Why the node counts as lost, or "". Silence is timed and counted: ``lost_after_s`` without an answer
+        and that many probes unanswered, so a spreader (or gate) that was itself descheduled for a while loses
+        nobody on that account alone."""
+        limit, status = self.settings.lost_after_s, link.status
+        probes = max(2, int(limit / self.settings.probe_interval_s))
+        if now - link.last_answer > limit and link.unanswered >= probes:
             return f"no answer for {now - link.last_answer:.1f} s"
-        if link.status.get("engine_silent_s", 0) > limit:
-            return f"its Docker engine has not answered for {link.status['engine_silent_s']:.1f} s"
-        if link.status.get("inner_silent_s", 0) > limit:
-            return f"its env server has not answered for {link.status['inner_silent_s']:.1f} s"
+        if status.get("engine_silent_s", 0) > limit and status.get("engine_failed_checks", 0) >= 2:
+            return f"its Docker engine has not answered for {status['engine_silent_s']:.1f} s"
+        if status.get("inner_silent_s", 0) > limit and status.get("inner_unanswered", 0) >= 2:
+            return f"its env server has not answered for {status['inner_silent_s']:.1f} s"
         return ""
 
     async def _status_answer(self, link: Link, status: dict) -> None:
-        link.last_answer, link.status = time.monotonic(), status
+        link.last_answer, link.status, link.unanswered = time.monotonic(), status, 0
         healthy = status.get("inner_answered") and status.get("wire") and not self._trouble(link, link.last_answer)
         if not healthy or link.state not in (NodeState.JOINING, NodeState.LOST):
             return
@@ -214,7 +219,7 @@ class Spreader:
     def _reconnect(self, link: Link, record: NodeRecord) -> None:
         old, link.record = link.socket, record
         link.socket = connect(self.ctx, record, self.client_keys, self.node_public)
-        link.last_answer, link.status = time.monotonic(), {}
+        link.last_answer, link.status, link.unanswered = time.monotonic(), {}, 0
         self.readers.pop(link.name).cancel()
         self.readers[link.name] = asyncio.create_task(self._read_node(link, link.socket))
         old.close(linger=0)

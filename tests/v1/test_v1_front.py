@@ -147,3 +147,12 @@ def test_a_fault_outside_the_agent_fails_the_trace_with_its_cause(docker_image: 
     assert any(e["type"] == "SandboxError" and "air-test/no-such-image:0" in e["message"] for e in errors), errors
     assert all(not trace["rewards"] for trace in episode["traces"]), "a failed trace carries no reward"
     assert _our_containers(tmp_path) == []
+
+
+def test_a_failed_episode_can_be_built_from_a_dispatched_task_as_prime_rl_does() -> None:
+    """prime-rl 559b447's dispatcher, when an env server answers with an error: a WireEpisode holding the
+    dispatched task's own data. Our task data must validate there, or the orchestrator stops."""
+    (task, *_) = list(loaders.load_taskset(_config()))
+    trace_task = verifiers_v1.TraceTask(type=type(task).__name__, data=task.data, key=task.key, hash=task.hash)
+    episode = verifiers_v1.WireEpisode(env=verifiers_v1.EnvInfo(id="lane"), task=trace_task, ok=False)
+    assert episode.task.data.task_name == task.data.task_name and not episode.ok
