@@ -164,6 +164,6 @@ def cmd_status(args: argparse.Namespace) -> int:
         for name, node in figures["nodes"].items():
             print(
                 f"  {name}: {node['state']}, {node['running']} running, {node['done']} done, {node['failed']} failed,"
-                f" {node['warm_containers']} containers"
+                f" {node['warm_containers']} warm of {node.get('containers')} containers"
             )
     return 0

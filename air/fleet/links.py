@@ -63,6 +63,8 @@ class Link:
         return min(self.record.capacity, cap) if cap else self.record.capacity
 
     def figures(self) -> dict:
+        containers = self.status.get("containers")  # the node's running containers: in use and warm
+        warm = None if containers is None else max(0, containers - int(self.status.get("running") or 0))
         return {
             "state": self.state.value,
             "address": self.record.address,
@@ -71,7 +73,8 @@ class Link:
             "failed": self.failed,
             "losses": self.losses,
             "late_replies_dropped": self.late,
-            "warm_containers": self.status.get("containers"),
+            "containers": containers,
+            "warm_containers": warm,
             "wire": self.status.get("wire"),  # its env server's verifiers (a60a606: TWO_FRAMES, 0.4: THREE_FRAMES)
             "capacity": self.record.capacity,
             "gpus": self.record.gpus,

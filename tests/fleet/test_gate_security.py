@@ -85,17 +85,20 @@ def test_the_keys_are_owner_only_and_a_readable_one_is_refused(tmp_path: Path) -
     assert (folder.keys / "node.key").read_text() == before
 
 
-def test_air_check_says_how_each_node_and_spreader_is_exposed(tmp_path: Path) -> None:
-    from air.cli.main import build_parser
+def test_air_check_says_how_each_node_and_spreader_is_exposed(tmp_path: Path, capsys) -> None:
+    from air.cli.main import build_parser, main
     from air.fleet.exposure import fleet_rows
     from tests.fleet.rig import fleet
 
     with fleet(tmp_path, 1) as (folder, _processes, _address):
         rows = {row.check: row for row in fleet_rows(str(folder.root))}
+        assert main(["fleet", "status", str(folder.root)]) == 0
+        status = capsys.readouterr().out
         folder.keys.chmod(0o755)
         opened = {row.check: row for row in fleet_rows(str(folder.root))}
     assert rows["fleet keys"].status == "pass" and opened["fleet keys"].status == "warn"
     node = rows["env node n1"]
     assert node.status == "pass" and "the run's key only (a keyless peer got no answer)" in node.detail, node
     assert rows["spreader train"].status == "pass" and "loopback only" in rows["spreader train"].detail
+    assert "1 env nodes recorded" in status and re.search(r"n1: up, 0 running, 0 done, 0 failed", status), status
     assert build_parser().parse_args(["check", "--fleet", str(folder.root)]).fleet == str(folder.root)

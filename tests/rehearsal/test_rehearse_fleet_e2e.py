@@ -1,0 +1,133 @@
+"""Opt-in (AIR_TEST_PRIME_RL_V1_DIR, as test_rehearse_v1_e2e.py): ``air rehearse`` with today's prime-rl
+orchestrator against two env nodes under a real Slurm cluster on this host (scripts/slurm_cluster.sh, each
+node its own Docker engine), the nodes started by ``air fleet submit`` in prime-rl's venv. Mid-run n2's job
+step is cancelled and its engine stopped: its episodes fail within the bound, the rehearsal completes its
+steps, no batch holds an episode of n2 that finished between the loss and its return, the job's loop starts
+n2 again once its engine is back, and after the jobs end no container is left on either engine."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import docker
+import pytest
+
+from air.rehearsal.launch import entry_env
+from tests.fleet.conftest import new_slurm_cluster  # noqa: F401 (a fixture)
+from tests.fleet.rig import figures, make_folder, wait_for
+from tests.opt_in import prime_rl_v1_checkout
+from tests.rehearsal.test_rehearse_v1_e2e import CONFIG, SOURCE
+
+ROOT = Path(__file__).resolve().parents[2]
+ENGINE_SCRIPT = ROOT / "scripts" / "second_docker_engine.sh"
+LOST_AFTER = 4.0
+BOUND = LOST_AFTER + 2 * 1.0
+
+
+def _steps(cluster, job: str) -> dict[str, str]:
+    out = cluster.run("squeue", "-s", "-j", job, "-h", "-o", "%i %j").stdout.split("\n")
+    pairs = (line.split() for line in out if line.strip())
+    return {name.removeprefix("env-node-"): step for step, name in pairs if name.startswith("env-node-")}
+
+
+def _engine(action: str, cluster, node: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "DOCKER_HOST"}
+    folder = str(cluster.dir / "engines" / node)
+    done = subprocess.run(["bash", str(ENGINE_SCRIPT), action, folder], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def _saboteur(cluster, job: str, folder, when: dict, stop: threading.Event) -> None:
+    """Once n2 has finished an episode and runs another: cancel its step, stop its engine; start the engine
+    again once the spreader has lost it (the job's loop then starts n2 again)."""
+    nodes = lambda: figures(folder, "lane").get("nodes", {})  # noqa: E731
+    while not stop.is_set():
+        n2 = nodes().get("n2", {})
+        if n2.get("done", 0) >= 1 and n2.get("running", 0) >= 1:
+            break
+        time.sleep(0.2)
+    else:
+        return
+    cluster.run("scancel", _steps(cluster, job)["n2"])
+    _engine("stop", cluster, "n2")
+    when["killed"] = time.time()
+    wait_for(lambda: nodes()["n2"]["state"] == "lost", 60, "n2 lost")
+    when["lost"] = time.time()
+    time.sleep(5)
+    _engine("start", cluster, "n2")
+    wait_for(lambda: nodes()["n2"]["state"] == "up", 180, "n2 back")
+    when["back"] = time.time()
+
+
+@pytest.mark.timeout(2400)
+def test_rehearse_over_two_slurm_env_nodes_survives_losing_one(
+    new_slurm_cluster,  # noqa: F811
+    tmp_path: Path,
+    docker_image: str,
+    tiny_model_dir: Path,
+) -> None:
+    checkout = prime_rl_v1_checkout()
+    if checkout is None:
+        pytest.skip("no v1 prime-rl: set AIR_TEST_PRIME_RL_V1_DIR (install_prime_rl.sh --orchestrator-only --commit)")
+    cluster = new_slurm_cluster(nodes=2, images=(docker_image,))
+    run_id = f"fleete2e-{os.getpid()}"
+    config = tmp_path / "rl.toml"
+    config.write_text(CONFIG + SOURCE.format(name="lane", task="laneMerge", image=docker_image, run_id=run_id))
+    taskset = {
+        "id": "air_mlgym", "task_root": "builtin", "task_configs": ["laneMerge"], "max_turns": 4,
+        "image": docker_image, "run_id": run_id, "pool_size": 2, "trajectory_dir": str(tmp_path / "trajectories"),
+    }  # fmt: skip
+    folder = make_folder(tmp_path / "fleet", {"taskset": taskset, "player": {"harness": {"id": "air_mlgym"}}})
+    python = checkout / ".venv-orchestrator" / "bin" / "python"  # nodes speak the orchestrator's verifiers
+    env = {**entry_env(), **cluster.env, "PYTHONPATH": str(ROOT)}
+    submit = [str(python), "-m", "air.cli.main", "fleet", "submit", str(folder.root), "--nodes", "2",
+              "--restart-delay", "2", "--node-args", "--host 127.0.0.1 --bind 127.0.0.1"]  # fmt: skip
+    done = subprocess.run(submit, env=env, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    job = done.stdout.strip().rsplit(" ", 1)[-1]
+    when: dict[str, float] = {}
+    stop = threading.Event()
+    saboteur = threading.Thread(target=_saboteur, args=(cluster, job, folder, when, stop), daemon=True)
+    out = tmp_path / "rehearsal"
+    try:
+        wait_for(lambda: len(folder.records()) == 2, 300, "both env nodes recorded")
+        saboteur.start()
+        command = [sys.executable, "-m", "air.cli.main", "rehearse", "--config", str(config), "--steps", "3",
+                   "--prime-rl", str(checkout), "--output", str(out), "--model", str(tiny_model_dir),
+                   "--env-nodes", f"lane={folder.root}", "--node-lost-after", str(LOST_AFTER), "--json"]  # fmt: skip
+        rehearsal = subprocess.run(command, capture_output=True, text=True, timeout=1800, cwd=ROOT,
+                                   env={k: v for k, v in os.environ.items() if not k.startswith("SLURM")})  # fmt: skip
+        saboteur.join(timeout=300)
+    finally:
+        stop.set()
+        cluster.run("scancel", job, check=False)
+        wait_for(lambda: not cluster.run("squeue", "-h", check=False).stdout.strip(), 180, "the job to end")
+    assert rehearsal.stdout.strip(), rehearsal.stderr[-3000:]
+    report = json.loads(rehearsal.stdout.strip().splitlines()[-1])
+    assert report["steps_completed"] == 3, rehearsal.stderr[-3000:]
+    assert "killed" in when and "back" in when, f"the node was never lost and regained: {when}"
+    (server,) = report["env_servers"]
+    nodes = server["env_nodes"]
+    assert nodes["n2"]["losses"] >= 1 and nodes["n2"]["failed"] >= 1 and nodes["n1"]["done"] >= 1, nodes
+    assert when["lost"] - when["killed"] < BOUND + 3, when
+    by_node: dict[str, int] = {}
+    for path in (out / "run" / "rollouts").glob("step_*/train/all/traces.jsonl"):
+        for line in path.read_text().splitlines():
+            for trace in json.loads(line)["traces"]:
+                node, ended = trace["info"]["env_node"], trace["info"]["ended_at"]
+                by_node[node] = by_node.get(node, 0) + 1
+                assert not (node == "n2" and when["killed"] < ended < when["back"]), "a lost node's episode trained"
+    assert by_node.get("n1", 0) > 0, by_node
+    for node in cluster.nodes:
+        client = docker.DockerClient(base_url=cluster.engine_address(node), timeout=30)
+        try:
+            left = client.containers.list(all=True, filters={"label": f"air.run={run_id}-{node}"})
+        finally:
+            client.close()
+        assert left == [], f"containers left on {node}"
