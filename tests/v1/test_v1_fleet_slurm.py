@@ -63,7 +63,8 @@ def _submit_spreader(cluster: SlurmCluster, folder, port: int, out: Path) -> str
     line = spreader_command(folder, "train", port, delay_s=1,
                             options=("--lost-after", str(LOST_AFTER), "--probe-interval", str(PROBE)))  # fmt: skip
     script = out / "orchestrator-node.sbatch"
-    header = f"#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --nodelist=n1\n#SBATCH --output={out / 'orchestrator-node.out'}\n"
+    header = "#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --nodelist=n1\n"
+    header += f"#SBATCH --output={out / 'orchestrator-node.out'}\n"
     script.write_text(f"{header}export ORCH_ADDR=n1\n{line}\nwait\n")
     return cluster.run("sbatch", "--parsable", str(script)).stdout.strip().split(";")[0]
 
