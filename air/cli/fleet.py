@@ -57,6 +57,8 @@ def register_fleet(subparsers: argparse._SubParsersAction) -> None:
     overlay.add_argument("--config", type=Path, required=True, help="today's prime-rl rl TOML")
     overlay.add_argument("--source", required=True, help="the train source whose episodes go to the env nodes")
     overlay.add_argument("--port", type=int, default=5950, help="the spreader's loopback port (default: 5950)")
+    overlay.add_argument("--lost-after", type=float, help="the spreader's --lost-after (default: its own, 10 s)")
+    overlay.add_argument("--probe-interval", type=float, help="the spreader's --probe-interval (default: 1 s)")
     overlay.set_defaults(func=cmd_overlay)
 
     status = commands.add_parser("status", help="the nodes recorded and each spreader's figures")
@@ -141,11 +143,23 @@ def cmd_spread(args: argparse.Namespace) -> int:
 
 def cmd_overlay(args: argparse.Namespace) -> int:
     """Write FOLDER/rl-overlay.toml: the source's serve.address and the spreader's start (air.fleet.overlay)."""
+    from pydantic import ValidationError
+
     from air.fleet.errors import FleetError
     from air.fleet.overlay import write_overlay
+    from air.fleet.settings import SpreadSettings
 
     try:
-        path = write_overlay(_folder(args.folder), args.config, args.source, args.port)
+        options = [
+            f"--{name.replace('_', '-')}={value:g}"
+            for name, value in (("lost_after", args.lost_after), ("probe_interval", args.probe_interval))
+            if value is not None
+        ]
+        if options:  # checked now, not on the orchestrator's node once the job runs
+            SpreadSettings(**{"lost_after_s": args.lost_after or 10.0, "probe_interval_s": args.probe_interval or 1.0})
+        path = write_overlay(_folder(args.folder), args.config, args.source, args.port, tuple(options))
+    except ValidationError as exc:
+        raise CommandError(f"air fleet overlay: {exc.errors()[0]['msg']}") from exc
     except FleetError as exc:
         raise CommandError(str(exc)) from exc
     print(f"wrote {path}: rl @ {args.config} @ <your slurm.toml> @ {path}")

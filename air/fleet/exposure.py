@@ -12,37 +12,13 @@ import json
 import stat
 from pathlib import Path
 
-import zmq
-import zmq.asyncio
-
-from air.fleet import wire
 from air.fleet.errors import FleetError
 from air.fleet.folder import FleetFolder, KeyPair
+from air.fleet.probe import ask_status
 from air.training.config_v1 import beyond_loopback
 from air.training.preflight_rows import CheckRow
 
 PROBE_S = 2.0
-
-
-async def _status(address: str, keys: tuple[KeyPair, bytes] | None) -> dict | None:
-    """An ``air-status`` request, with the run's client key (``keys``) or with none; its answer or None."""
-    ctx = zmq.asyncio.Context()
-    socket = ctx.socket(zmq.DEALER)
-    socket.setsockopt(zmq.LINGER, 0)
-    if keys is not None:
-        client, node_public = keys
-        wire.curve_client(socket, client.public, client.secret, node_public)
-    socket.connect(address)
-    try:
-        await socket.send_multipart([b"air-check", wire.STATUS, b""])
-        if not await socket.poll(PROBE_S * 1000):
-            return None
-        return wire.unpack((await socket.recv_multipart())[-1])
-    except (zmq.ZMQError, ValueError):
-        return None
-    finally:
-        socket.close(0)
-        ctx.term()
 
 
 def fleet_rows(root: str) -> list[CheckRow]:
@@ -86,7 +62,7 @@ def fleet_rows(root: str) -> list[CheckRow]:
 
 
 async def _both(address: str, keys: tuple[KeyPair, bytes]) -> tuple[dict | None, dict | None]:
-    return await _status(address, keys), await _status(address, None)
+    return await ask_status(address, keys, PROBE_S), await ask_status(address, None, PROBE_S)
 
 
 def read_json(path: Path) -> dict:

@@ -61,8 +61,10 @@ class FleetFolder:
 
     def create(self, env: dict) -> None:
         """Make the folder, the run's key pairs (unless there: nodes of a running fleet keep theirs) and env.json."""
-        for folder in (self.root, self.nodes, self.spread, self.root / "logs"):
-            folder.mkdir(parents=True, exist_ok=True)
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(self.root, 0o700)  # the user's own: what is in it says where to knock, and its keys let one in
+        for folder in (self.nodes, self.spread, self.root / "logs"):
+            folder.mkdir(exist_ok=True)
         if not (self.keys / "client.key").exists():
             self.keys.mkdir(mode=0o700, exist_ok=True)
             os.chmod(self.keys, 0o700)

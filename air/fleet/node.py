@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import os
+import re
+import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -29,8 +33,9 @@ from pathlib import Path
 import docker
 
 from air.fleet.errors import FleetError
-from air.fleet.folder import FleetFolder, NodeRecord, write_private
+from air.fleet.folder import FleetFolder, KeyPair, NodeRecord, write_private
 from air.fleet.gate import Gate
+from air.fleet.probe import answers
 from air.fleet.settings import GateSettings
 from air.sandbox.config import LABEL_RUN
 from air.sandbox.engine import DOCKER_ERRORS, engine_address, engine_answers
@@ -53,9 +58,14 @@ class NodeOptions:
     gate: GateSettings = field(default_factory=GateSettings)
 
 
+# Slurm's own first: they name the host's device ids, which Docker's device requests take; CUDA_VISIBLE_DEVICES
+# is renumbered from 0 where Slurm constrains devices, so it is read only when Slurm says nothing (a node by hand).
+GPU_VARIABLES = ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES")
+
+
 def node_gpus() -> list[str]:
-    """The GPUs Slurm (or the user) gave this step, as device ids; none when nothing says."""
-    for variable in ("CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS"):
+    """The GPUs Slurm (or the user) gave this node, as host device ids; none when nothing says."""
+    for variable in GPU_VARIABLES:
         value = os.environ.get(variable, "").strip()
         if value and value != "NoDevFiles":
             return [part.strip() for part in value.split(",") if part.strip()]
@@ -69,7 +79,9 @@ def node_env(options: NodeOptions) -> tuple[dict, str, int, list[str]]:
     run_id = f"{taskset.get('run_id') or 'air'}-{options.name}"
     taskset["run_id"] = run_id
     gpus = node_gpus()
-    if gpus and not taskset.get("env_gpu"):
+    if gpus:  # what the node was given wins over a config written for one machine's layout ("7")
+        if taskset.get("env_gpu") and str(taskset["env_gpu"]) != ",".join(gpus):
+            log.info("env_gpu %s of the env replaced by this node's GPUs %s", taskset["env_gpu"], ",".join(gpus))
         taskset["env_gpu"] = ",".join(gpus)
     capacity = options.capacity or int(taskset.get("pool_size") or 4) or 1
     return {**env, "taskset": taskset}, run_id, capacity, gpus
@@ -118,14 +130,48 @@ def prepare_engine(env: dict, run_id: str) -> None:
         build_image(progress=False)  # ours: built here if missing, from the recipe
 
 
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+
+
+def check_unique(folder: FleetFolder, name: str, keys: tuple[KeyPair, bytes]) -> None:
+    """A node of this name that still answers is another live node: starting would remove its containers."""
+    if not NAME.fullmatch(name):
+        raise FleetError(f"env node name {name!r}: letters, digits, '.', '_' and '-' only (--name)")
+    record = folder.records().get(name)
+    if record is not None and answers(record.address, keys):
+        raise FleetError(
+            f"an env node named {name!r} already answers at {record.address} (pid {record.pid} on "
+            f"{record.host}): give this one another --name"
+        )
+
+
+def private_folder(folder: FleetFolder, name: str) -> Path:
+    """This node's own folder for its env server's socket and env, 0700, at a name its next start finds again:
+    a start after a SIGKILL removes what the killed one left."""
+    digest = hashlib.sha256(str(folder.root).encode()).hexdigest()[:10]
+    path = Path(tempfile.gettempdir()) / f"air-node-{os.getuid()}-{digest}-{name}"
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        pass
+    else:
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+            raise FleetError(f"{path} exists and is not this user's folder: remove it")
+        shutil.rmtree(path)
+    path.mkdir(mode=0o700)
+    return path
+
+
 def serve_node(options: NodeOptions) -> int:
     """Run the node until it is told to stop; 0 on a stop asked for, 1 when its env server died."""
     folder = options.folder
-    node_keys, client_public = folder.key_pair("node"), folder.key_pair("client").public
+    node_keys, client_keys = folder.key_pair("node"), folder.key_pair("client")
+    client_public = client_keys.public
+    check_unique(folder, options.name, (client_keys, node_keys.public))
     env, run_id, capacity, gpus = node_env(options)
     if options.docker:
         prepare_engine(env, run_id)
-    private = Path(tempfile.mkdtemp(prefix="air-node-"))  # 0700: the env server's socket is this user's only
+    private = private_folder(folder, options.name)  # the env server's socket is this user's only
     config = private / "env.json"
     write_private(config, json.dumps(env))
     inner_address = f"ipc://{private}/env.sock"
@@ -146,9 +192,7 @@ def serve_node(options: NodeOptions) -> int:
         if options.docker:
             with contextlib.suppress(*DOCKER_ERRORS):
                 remove_containers(run_id)
-        for path in private.iterdir():
-            path.unlink(missing_ok=True)
-        private.rmdir()
+        shutil.rmtree(private, ignore_errors=True)
 
 
 async def _serve(options, node_keys, client_public, inner_address, server, capacity, gpus, run_id) -> int:

@@ -48,7 +48,9 @@ def spreader_command(
     return f"mkdir -p {shlex.quote(str(folder.logs('spreader')))}; ( sleep {delay_s:g}; {step} {line} ) > {log} 2>&1 &"
 
 
-def write_overlay(folder: FleetFolder, config: Path, source: str, port: int) -> Path:
+def write_overlay(
+    folder: FleetFolder, config: Path, source: str, port: int, spread_options: tuple[str, ...] = ()
+) -> Path:
     try:
         loaded = load_config(config)
     except ConfigLoadError as exc:
@@ -64,7 +66,7 @@ def write_overlay(folder: FleetFolder, config: Path, source: str, port: int) -> 
         if entry.get("name") == source:
             entry.setdefault("serve", {})["address"] = f"tcp://127.0.0.1:{port}"
     overlay = {
-        "slurm": {"pre_run_command": spreader_command(folder, source, port)},
+        "slurm": {"pre_run_command": spreader_command(folder, source, port, options=spread_options)},
         "orchestrator": {"train": {"source": spread}},
     }
     path = folder.root / "rl-overlay.toml"

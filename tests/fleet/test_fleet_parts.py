@@ -105,3 +105,42 @@ def test_the_env_of_a_named_source_and_the_errors_that_name_the_fix() -> None:
         source_env(V1_CONFIG)
     with pytest.raises(FleetError, match="prime-rl c87c19b"):
         source_env(ROOT / "configs" / "mlgym" / "rl.toml")
+
+
+def test_slurms_gpus_win_over_cuda_visible_devices_and_the_configs_env_gpu(tmp_path: Path, monkeypatch) -> None:
+    from air.fleet.node import NodeOptions, node_env
+
+    folder = FleetFolder(tmp_path / "fleet")
+    folder.create({"taskset": {"id": "air_mlgym", "env_gpu": "7", "run_id": "rl"}})
+    for variable in ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"):
+        monkeypatch.delenv(variable, raising=False)
+    env, run_id, capacity, gpus = node_env(NodeOptions(folder=folder, name="n3"))
+    assert env["taskset"]["env_gpu"] == "7" and gpus == [] and run_id == "rl-n3" and capacity == 4
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # renumbered under Slurm's device constraint
+    monkeypatch.setenv("SLURM_STEP_GPUS", "2,3")  # the host's ids, which Docker takes
+    env, _, _, gpus = node_env(NodeOptions(folder=folder, name="n3"))
+    assert gpus == ["2", "3"] and env["taskset"]["env_gpu"] == "2,3"
+
+
+def test_the_fleet_folder_is_the_users_own(tmp_path: Path) -> None:
+    folder = FleetFolder(tmp_path / "fleet")
+    folder.create({"taskset": {"id": "stub"}})
+    assert folder.root.stat().st_mode & 0o077 == 0
+
+
+def test_a_node_name_is_checked_and_a_live_namesake_refused(tmp_path: Path) -> None:
+    from air.fleet.node import NodeOptions, check_unique, private_folder, serve_node
+    from tests.fleet.rig import fleet
+
+    with fleet(tmp_path, 1) as (folder, _processes, _address):
+        keys = (folder.key_pair("client"), folder.key_pair("node").public)
+        with pytest.raises(FleetError, match="an env node named 'n1' already answers at tcp://127.0.0.1"):
+            check_unique(folder, "n1", keys)
+        with pytest.raises(FleetError, match="letters, digits"):
+            serve_node(NodeOptions(folder=folder, name="../n2", docker=False))
+        check_unique(folder, "n2", keys)  # a name nobody holds
+    left = private_folder(folder, "n9")
+    (left / "env.sock").write_text("")  # as a SIGKILLed start leaves it
+    again = private_folder(folder, "n9")
+    assert again == left and list(again.iterdir()) == [] and again.stat().st_mode & 0o077 == 0
+    again.rmdir()
