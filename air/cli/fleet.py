@@ -4,7 +4,7 @@ air fleet init DIR --config rl.toml [--source NAME]   the fleet folder: keys, th
 air fleet node DIR                                    one env node (a Slurm job step runs it per node)
 air fleet spread DIR --address tcp://127.0.0.1:PORT   the source's one address, beside the orchestrator
 air fleet status DIR                                  the nodes recorded, each spreader's figures
-air fleet submit DIR --nodes N [sbatch options]       the env nodes as one Slurm job (see air.fleet.slurm)
+air fleet submit DIR --nodes 4 [sbatch options]       the env nodes as one Slurm job (see air.fleet.slurm)
 """
 
 from __future__ import annotations
@@ -22,17 +22,24 @@ from air.cli.errors import CommandError
 
 def register_fleet(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "fleet", help="env nodes on many machines (Slurm): init, node, spread, status, submit"
+        "fleet",
+        help="env nodes on many machines (Slurm): init, node, spread, overlay, status, submit",
+        description="Env nodes past one machine (docs/scaling.md): a source's episodes over env servers on many "
+        "nodes, each its own Docker engine, behind CURVE-secured gates and one spreader.",
     )
-    commands = parser.add_subparsers(dest="fleet_command", metavar="COMMAND", required=True)
+    commands = parser.add_subparsers(dest="fleet_command", metavar="COMMAND", required=True, help="what to do")
 
-    init = commands.add_parser("init", help="make a fleet folder: the run's keys and the env its nodes serve")
+    init = commands.add_parser(
+        "init", help="make a fleet folder: the run's keys and the env its nodes serve", description=cmd_init.__doc__
+    )
     init.add_argument("folder", type=Path, help="on storage every node and the orchestrator's node share")
     init.add_argument("--config", type=Path, required=True, help="today's prime-rl rl TOML (configs/mlgym-v1/)")
     init.add_argument("--source", help="the source whose env the nodes serve (default: the only train source)")
     init.set_defaults(func=cmd_init)
 
-    node = commands.add_parser("node", help="serve the fleet's env on this node, behind its gate")
+    node = commands.add_parser(
+        "node", help="serve the fleet's env on this node, behind its gate", description=cmd_node.__doc__
+    )
     node.add_argument("folder", type=Path)
     node.add_argument("--name", help="default: $SLURMD_NODENAME, else the host name")
     node.add_argument("--host", default="", help="the address other nodes reach this one at (default: host name)")
@@ -43,16 +50,24 @@ def register_fleet(subparsers: argparse._SubParsersAction) -> None:
     node.add_argument("--server-command", help="the env server to run (default: python -m air.env.v1_serve)")
     node.set_defaults(func=cmd_node)
 
-    spread = commands.add_parser("spread", help="one address for a source, its episodes spread over the nodes")
+    spread = commands.add_parser(
+        "spread", help="one address for a source, its episodes spread over the nodes", description=cmd_spread.__doc__
+    )
     spread.add_argument("folder", type=Path)
     spread.add_argument("--address", required=True, help="where the orchestrator connects: the source's serve.address")
     spread.add_argument("--source", default="train", help="names its figures file (default: train)")
-    spread.add_argument("--lost-after", type=float, default=10.0, help="seconds of silence that lose a node")
-    spread.add_argument("--probe-interval", type=float, default=1.0, help="seconds between status probes")
+    spread.add_argument(
+        "--lost-after", type=float, default=10.0, help="seconds of silence that lose a node (default: 10)"
+    )
+    spread.add_argument("--probe-interval", type=float, default=1.0, help="seconds between status probes (default: 1)")
     spread.add_argument("--node-capacity", type=int, help="at most this many episodes per node")
     spread.set_defaults(func=cmd_spread)
 
-    overlay = commands.add_parser("overlay", help="a TOML to put last on `rl @ ...`: the source over the env nodes")
+    overlay = commands.add_parser(
+        "overlay",
+        help="a TOML to put last on `rl @ ...`: the source over the env nodes",
+        description=cmd_overlay.__doc__,
+    )
     overlay.add_argument("folder", type=Path)
     overlay.add_argument("--config", type=Path, required=True, help="today's prime-rl rl TOML")
     overlay.add_argument("--source", required=True, help="the train source whose episodes go to the env nodes")
@@ -61,7 +76,9 @@ def register_fleet(subparsers: argparse._SubParsersAction) -> None:
     overlay.add_argument("--probe-interval", type=float, help="the spreader's --probe-interval (default: 1 s)")
     overlay.set_defaults(func=cmd_overlay)
 
-    status = commands.add_parser("status", help="the nodes recorded and each spreader's figures")
+    status = commands.add_parser(
+        "status", help="the nodes recorded and each spreader's figures", description=cmd_status.__doc__
+    )
     status.add_argument("folder", type=Path)
     status.set_defaults(func=cmd_status)
 
@@ -96,6 +113,8 @@ def _logging() -> None:
 
 
 def cmd_node(args: argparse.Namespace) -> int:
+    """Serve the fleet's env on this node until stopped: its engine checked, its last start's leftovers removed,
+    the image checked or built, the env server behind the gate (CURVE: the run's key only), its record written."""
     from air.fleet.errors import FleetError
     from air.fleet.node import NodeOptions, serve_node
 
@@ -118,6 +137,8 @@ def cmd_node(args: argparse.Namespace) -> int:
 
 
 def cmd_spread(args: argparse.Namespace) -> int:
+    """Listen where the orchestrator connects and hand each episode to the least busy env node with room; a node
+    silent for --lost-after has its episodes failed at once, and rejoins when it answers again."""
     from pydantic import ValidationError
 
     from air.fleet.errors import FleetError
@@ -167,6 +188,7 @@ def cmd_overlay(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    """The env nodes recorded in the fleet folder and each spreader's last figures per node."""
     folder = _folder(args.folder)
     records = folder.records()
     print(f"{len(records)} env nodes recorded in {folder.nodes}")

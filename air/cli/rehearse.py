@@ -38,7 +38,10 @@ def register_rehearse(subparsers: argparse._SubParsersAction) -> None:
         "rehearsal starts the spreader over them and reports each node (repeatable)",
     )
     parser.add_argument(
-        "--node-lost-after", type=float, default=10.0, help="with --env-nodes: seconds of silence that lose a node"
+        "--node-lost-after",
+        type=float,
+        default=10.0,
+        help="with --env-nodes: seconds of silence that lose a node (default: 10)",
     )
     parser.add_argument(
         "--trainer",
@@ -80,7 +83,9 @@ def cmd_rehearse(args: argparse.Namespace) -> int:
     for entry in args.env_nodes:
         source, _, folder = entry.partition("=")
         if not source or not folder:
-            raise CommandError(f"--env-nodes {entry!r}: expected SOURCE=FOLDER (a folder of `air fleet init`)")
+            raise CommandError(
+                f"--env-nodes {entry!r}: expected SOURCE=FOLDER (a folder `air fleet init DIR --config rl.toml` made)"
+            )
         env_nodes[source] = Path(folder)
     settings = RehearsalSettings(
         config=args.config,

@@ -35,7 +35,7 @@ def fleet_rows(root: str) -> list[CheckRow]:
     ]
     records = folder.records()
     if not records:
-        rows.append(CheckRow("env nodes", "warn", f"none recorded in {folder.nodes}", "air fleet submit DIR --nodes N"))
+        rows.append(CheckRow("env nodes", "warn", f"none recorded in {folder.nodes}", "air fleet submit DIR --nodes 4"))
     for name, record in records.items():
         keyed, keyless = asyncio.run(_both(record.address, keys))
         if keyless is not None:

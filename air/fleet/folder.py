@@ -81,7 +81,8 @@ class FleetFolder:
             text = path.read_text()
         except OSError as exc:
             raise FleetError(
-                f"cannot read the run's {name} key {path} ({exc}): make the folder with `air fleet init`"
+                f"cannot read the run's {name} key {path} ({exc}): "
+                "make the folder with `air fleet init DIR --config rl.toml`"
             ) from exc
         if mode & (stat.S_IRWXG | stat.S_IRWXO):
             raise FleetError(
@@ -90,7 +91,9 @@ class FleetFolder:
         try:
             return KeyPair.model_validate_json(text)
         except ValidationError as exc:
-            raise FleetError(f"{path} is not a key pair of `air fleet init`: {exc.errors()[0]['msg']}") from exc
+            raise FleetError(
+                f"{path} is not a key pair `air fleet init DIR --config rl.toml` made: {exc.errors()[0]['msg']}"
+            ) from exc
 
     def env_config(self) -> dict:
         try:

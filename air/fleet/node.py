@@ -1,4 +1,4 @@
-"""``air fleet node``: one env node's life, as a Slurm job step runs it (or by hand on any host).
+"""``air fleet node DIR``: one env node's life, as a Slurm job step runs it (or by hand on any host).
 
 In order: its Docker engine answers (else it stops at once, saying so); the containers a previous start of
 this node left are removed; the env's image is there (built if it is ours and missing); the env server

@@ -1,4 +1,5 @@
-"""``air fleet overlay``: what turns a run of today's prime-rl into one over env nodes, as a TOML to put last:
+"""``air fleet overlay DIR --config rl.toml --source NAME``: what turns a run of today's prime-rl into one
+over env nodes, as a TOML to put last:
 ``rl @ rl.toml @ slurm.toml @ FOLDER/rl-overlay.toml``.
 
 Two things, both prime-rl's own config: the source's ``serve.address`` (loopback on the orchestrator's node,
@@ -71,7 +72,7 @@ def write_overlay(
     }
     path = folder.root / "rl-overlay.toml"
     header = (
-        f"# Written by `air fleet overlay` for {config} (source {source!r} over the env nodes of {folder.root}).\n"
+        f"# Written by air.fleet.overlay for {config} (source {source!r} over the env nodes of {folder.root}).\n"
         f"# Put it last: rl @ {config} @ <your slurm.toml> @ {path}\n"
     )
     write_atomic(path, header + tomli_w.dumps(overlay))

@@ -1,4 +1,4 @@
-"""The fleet's timings and bounds, typed and checked when read (``air fleet spread``/``node`` options)."""
+"""The fleet's timings and bounds, typed and checked when read (options of the fleet's spread and node commands)."""
 
 from __future__ import annotations
 

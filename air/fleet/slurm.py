@@ -1,4 +1,5 @@
-"""The env nodes as one Slurm job (``air fleet submit``): a job step per node, each restarted when it ends.
+"""The env nodes as one Slurm job (``air fleet submit DIR --nodes 4``): a job step per node, each restarted
+when it ends.
 
 A step per node (not one step over all nodes) so that cancelling one (``scancel JOB.STEP``) or losing its
 node ends only that node's env server; the loop on the batch host starts it again after a pause, and the new
@@ -26,7 +27,7 @@ class SlurmJob(BaseModel):
     time: str | None = None  # sbatch --time
     restart_delay_s: float = Field(5.0, ge=0)
     sbatch_args: list[str] = []  # anything else, one sbatch option each
-    node_args: list[str] = []  # passed to `air fleet node`
+    node_args: list[str] = []  # passed to each env node (`air fleet node DIR ...`)
 
 
 def render(folder: FleetFolder, job: SlurmJob, air: list[str] | None = None) -> str:
@@ -44,7 +45,7 @@ def render(folder: FleetFolder, job: SlurmJob, air: list[str] | None = None) -> 
     node = shlex.join([*air, "fleet", "node", str(folder.root), *job.node_args])
     lines = ["#!/usr/bin/env bash", *(f"#SBATCH {shlex.quote(option)}" for option in header)]
     lines += [
-        "# Written by `air fleet submit` (air.fleet.slurm): one env node per Slurm node, each its own job step.",
+        "# Written by air.fleet.slurm: one env node per Slurm node, each its own job step.",
         "set -u",
         'for node in $(scontrol show hostnames "$SLURM_JOB_NODELIST"); do',
         "    (",
@@ -63,7 +64,7 @@ def render(folder: FleetFolder, job: SlurmJob, air: list[str] | None = None) -> 
 
 def submit(folder: FleetFolder, job: SlurmJob, dry_run: bool = False) -> tuple[Path, str | None]:
     """Write FOLDER/env-nodes.sbatch; unless ``dry_run``, submit it. Returns the script and the job id."""
-    folder.env_config()  # a folder `air fleet init` made, or stop here rather than on every node
+    folder.env_config()  # a folder `air fleet init DIR --config rl.toml` made, or stop here rather than on every node
     folder.key_pair("node")
     script = folder.root / "env-nodes.sbatch"
     write_atomic(script, render(folder, job), mode=0o755)

@@ -213,7 +213,8 @@ def run_processes(
 
 
 def start_spreader(source: V1Source, lost_after_s: float, out: Path, config: Path) -> Launched:
-    """``air fleet spread`` for a source over env nodes, in this environment (it needs no prime-rl)."""
+    """``air fleet spread DIR --address tcp://127.0.0.1:5950`` for a source over env nodes, in this
+    environment (it needs no prime-rl)."""
     command = [sys.executable, "-m", "air.cli.main", "fleet", "spread", str(source.fleet), "--address"]
     command += [str(source.address), "--source", source.name, "--lost-after", f"{lost_after_s:g}"]
     command += ["--probe-interval", f"{min(1.0, lost_after_s / 4):g}"]
