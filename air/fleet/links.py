@@ -45,6 +45,7 @@ class Link:
     status: dict = field(default_factory=dict)
     unanswered: int = 0  # status probes sent since its last answer
     in_flight: dict[bytes, Request] = field(default_factory=dict)
+    running: int = 0  # the episodes among in_flight, kept as they come and go: the choice reads it per dispatch
     given_up: list[bytes] = field(default_factory=list)  # failed while lost: cancelled there on rejoin
     done: int = 0  # episodes it answered (ok or not: the env's verdict travels in the reply)
     failed: int = 0  # episodes failed here because the node was lost or left
@@ -57,7 +58,7 @@ class Link:
         return self.record.name
 
     def episodes(self) -> int:
-        return sum(1 for request in self.in_flight.values() if request.is_episode)
+        return self.running
 
     def capacity(self, cap: int | None) -> int:
         return min(self.record.capacity, cap) if cap else self.record.capacity

@@ -104,6 +104,7 @@ class Spreader:
 
     async def _send(self, link: Link, request: Request) -> None:
         link.in_flight[request.request_id] = request
+        link.running += request.is_episode
         await link.socket.send_multipart([request.request_id, request.method, request.payload])
 
     async def _read_node(self, link: Link, socket: zmq.asyncio.Socket) -> None:
@@ -123,6 +124,7 @@ class Spreader:
                 del link.in_flight[request_id]
                 if request.is_episode:
                     link.done += 1
+                    link.running -= 1
             await self._answer(request, rest)
             if not link.in_flight or self.queue:
                 await self._dispatch()
@@ -193,6 +195,7 @@ class Spreader:
             else:
                 await self._answer_in_wire(request, {"success": True, "error": None, "cancelled": False})
         link.in_flight.clear()
+        link.running = 0
 
     async def _sync_records(self, records: dict[str, NodeRecord]) -> None:
         for name, record in records.items():

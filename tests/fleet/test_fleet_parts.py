@@ -48,6 +48,7 @@ def _link(name: str, capacity: int, running: int, state: NodeState = NodeState.U
     link = Link(record=record, socket=None, state=state)  # type: ignore[arg-type]
     for index in range(running):
         link.in_flight[str(index).encode()] = Request(b"c", str(index).encode(), wire.RUN, b"")
+    link.running = running
     return link
 
 
