@@ -145,11 +145,16 @@ def check_unique(folder: FleetFolder, name: str, keys: tuple[KeyPair, bytes]) ->
         )
 
 
+def private_prefix(folder: FleetFolder) -> str:
+    """What the private folders of this fleet's nodes on this host are named from (``<prefix><node name>``)."""
+    digest = hashlib.sha256(str(folder.root).encode()).hexdigest()[:10]
+    return str(Path(tempfile.gettempdir()) / f"air-node-{os.getuid()}-{digest}-")
+
+
 def private_folder(folder: FleetFolder, name: str) -> Path:
     """This node's own folder for its env server's socket and env, 0700, at a name its next start finds again:
     a start after a SIGKILL removes what the killed one left."""
-    digest = hashlib.sha256(str(folder.root).encode()).hexdigest()[:10]
-    path = Path(tempfile.gettempdir()) / f"air-node-{os.getuid()}-{digest}-{name}"
+    path = Path(private_prefix(folder) + name)
     try:
         info = os.lstat(path)
     except FileNotFoundError:

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import glob
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -88,6 +90,14 @@ class Processes:
                 self.stop(name)
             with contextlib.suppress(ProcessLookupError):  # what it started, should it have left anything
                 os.killpg(process.pid, signal.SIGKILL)
+
+
+def remove_private(folder: FleetFolder) -> None:
+    """The private folders of this fleet's nodes that a SIGKILL left (a graceful stop removes its own)."""
+    from air.fleet.node import private_prefix
+
+    for path in glob.glob(private_prefix(folder) + "*"):
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def node_command(folder: FleetFolder, name: str, *args: str, stub: bool = True) -> list[str]:
@@ -198,6 +208,7 @@ def fleet(
         yield folder, processes, address
     finally:
         processes.stop_all()
+        remove_private(folder)
 
 
 def _all_up(folder: FleetFolder, nodes: int) -> bool:

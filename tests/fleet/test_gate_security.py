@@ -12,7 +12,7 @@ import zmq
 import zmq.asyncio
 
 from air.fleet import wire
-from tests.fleet.rig import Processes, make_folder, node_command, wait_for
+from tests.fleet.rig import Processes, make_folder, node_command, remove_private, wait_for
 
 
 async def _ask(address: str, setup, method: bytes = b"run", timeout: float = 2.0) -> list[bytes] | None:
@@ -62,6 +62,7 @@ def test_only_the_runs_key_gets_past_a_nodes_gate(tmp_path: Path) -> None:
         unkeyed, wrong, wrong_status, keyed = asyncio.run(probe())
     finally:
         processes.stop_all()
+        remove_private(folder)
     assert unkeyed is None and wrong is None and wrong_status is None, "a peer without the key got an answer"
     assert keyed is not None and keyed[0] == b"req-1", keyed  # its run started (a delta or the reply)
     runs = re.findall(r"^run ", (folder.logs("n1") / "env-server.log").read_text(), re.M)

@@ -24,6 +24,7 @@ from tests.fleet.rig import (
     free_port,
     make_folder,
     node_command,
+    remove_private,
     spread_command,
     wait_for,
 )
@@ -163,5 +164,6 @@ def test_without_a_node_health_goes_unanswered_and_episodes_wait_for_one(tmp_pat
         healthy, reply = _run(play())
     finally:
         processes.stop_all()
+        remove_private(folder)
     assert not healthy, "no node up: the orchestrator's start-up poll must keep waiting"
     assert reply["success"] and reply["episode"]["server"] == "n1"

@@ -20,7 +20,7 @@ import pytest
 
 from air.rehearsal.launch import entry_env
 from tests.fleet.conftest import new_slurm_cluster  # noqa: F401 (a fixture)
-from tests.fleet.rig import figures, make_folder, wait_for
+from tests.fleet.rig import figures, make_folder, remove_private, wait_for
 from tests.opt_in import prime_rl_v1_checkout
 from tests.rehearsal.test_rehearse_v1_e2e import CONFIG, SOURCE
 
@@ -108,6 +108,7 @@ def test_rehearse_over_two_slurm_env_nodes_survives_losing_one(
         stop.set()
         cluster.run("scancel", job, check=False)
         wait_for(lambda: not cluster.run("squeue", "-h", check=False).stdout.strip(), 180, "the job to end")
+        remove_private(folder)
     assert rehearsal.stdout.strip(), rehearsal.stderr[-3000:]
     report = json.loads(rehearsal.stdout.strip().splitlines()[-1])
     assert report["steps_completed"] == 3, rehearsal.stderr[-3000:]

@@ -17,7 +17,16 @@ import docker
 import pytest
 
 from air.inference.server import PolicyServer
-from tests.fleet.rig import Processes, figures, free_port, make_folder, node_command, spread_command, wait_for
+from tests.fleet.rig import (
+    Processes,
+    figures,
+    free_port,
+    make_folder,
+    node_command,
+    remove_private,
+    spread_command,
+    wait_for,
+)
 from tests.second_engine import SecondEngine
 
 vf = pytest.importorskip("verifiers.v1")
@@ -109,6 +118,7 @@ def test_a_node_lost_with_its_engine_costs_only_its_own_episodes(
             processes.stop(name, timeout=120)
     finally:
         processes.stop_all()
+        remove_private(folder)
 
     def node_of(episode) -> str:
         (trace,) = episode.traces

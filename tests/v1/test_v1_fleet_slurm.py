@@ -22,7 +22,7 @@ import pytest
 from air.fleet.overlay import spreader_command
 from air.inference.server import PolicyServer
 from tests.fleet.conftest import SlurmCluster, new_slurm_cluster  # noqa: F401 (a fixture)
-from tests.fleet.rig import figures, free_port, make_folder, wait_for
+from tests.fleet.rig import figures, free_port, make_folder, remove_private, wait_for
 
 vf = pytest.importorskip("verifiers.v1")
 from verifiers.v1.configs.client import EvalClientConfig  # noqa: E402
@@ -133,6 +133,7 @@ def test_env_nodes_as_slurm_steps_lose_and_regain_a_node(docker_image: str, new_
     finally:
         cluster.run("scancel", job, spreader_job, check=False)
         wait_for(lambda: not cluster.run("squeue", "-h", check=False).stdout.strip(), 120, "the jobs to end")
+        remove_private(folder)
     node_of = lambda episode: episode.traces[0].info["env_node"]  # noqa: E731
     assert {node_of(e) for e in warm} == {"n1", "n2"} and all(e.ok for e in warm)
     failed = [(what, seconds) for kind, what, seconds in outcomes if kind == "failed"]
