@@ -18,6 +18,7 @@ from pathlib import Path
 import docker
 import pytest
 
+from air.fleet.probe import answers
 from air.rehearsal.launch import entry_env
 from tests.fleet.conftest import new_slurm_cluster  # noqa: F401 (a fixture)
 from tests.fleet.rig import figures, make_folder, remove_private, wait_for
@@ -44,8 +45,9 @@ def _engine(action: str, cluster, node: str) -> None:
 
 
 def _saboteur(cluster, job: str, folder, when: dict, stop: threading.Event) -> None:
+    keys = (folder.key_pair("client"), folder.key_pair("node").public)
     """Once n2 has finished an episode and runs another: cancel its step, stop its engine; start the engine
-    again once the spreader has lost it (the job's loop then starts n2 again)."""
+    again once the spreader has lost it (the job's loop then starts n2 again, which must answer)."""
     nodes = lambda: figures(folder, "lane").get("nodes", {})  # noqa: E731
     while not stop.is_set():
         n2 = nodes().get("n2", {})
@@ -54,6 +56,7 @@ def _saboteur(cluster, job: str, folder, when: dict, stop: threading.Event) -> N
         time.sleep(0.2)
     else:
         return
+    killed_start = folder.records()["n2"].incarnation
     cluster.run("scancel", _steps(cluster, job)["n2"])
     _engine("stop", cluster, "n2")
     when["killed"] = time.time()
@@ -61,7 +64,12 @@ def _saboteur(cluster, job: str, folder, when: dict, stop: threading.Event) -> N
     when["lost"] = time.time()
     time.sleep(5)
     _engine("start", cluster, "n2")
-    wait_for(lambda: nodes()["n2"]["state"] == "up", 180, "n2 back")
+    # Back: the job's loop started n2 again and it answers with the run's key (the rehearsal's spreader may
+    # have stopped by then, its steps done: it is not asked).
+    record = wait_for(
+        lambda: (r := folder.records().get("n2")) and r.incarnation != killed_start and r, 180, "n2 again"
+    )
+    wait_for(lambda: answers(record.address, keys), 60, "n2 to answer")
     when["back"] = time.time()
 
 
