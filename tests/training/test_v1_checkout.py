@@ -59,3 +59,28 @@ def test_the_env_server_config_is_prime_rls(python: Path, tmp_path: Path) -> Non
                           cwd=tmp_path)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split()[-3:] == ["MLGymV1EnvConfig", "MLGymTasksetConfig", "tcp://127.0.0.1:5000"]
+
+
+def test_the_slurm_script_starts_the_spreader_from_the_fleet_overlay(python: Path, tmp_path: Path) -> None:
+    """`rl @ rl.toml @ slurm.toml @ overlay --dry-run`: prime-rl's own Slurm script runs the overlay's
+    pre_run_command (the spreader as a step on the orchestrator's node) and the source connects to it. (Its name
+    holds no "prime" + "_rl": the tmp path would, and the overlay refuses paths prime-rl's clean-up kills.)"""
+    import json
+    import tomllib
+
+    from air.fleet.folder import FleetFolder
+    from air.fleet.overlay import write_overlay
+
+    overlay = write_overlay(FleetFolder(tmp_path / "fleet"), V1_DIR / "rl_debug.toml", "mlgym-titanic", 5951)
+    slurm = tmp_path / "slurm.toml"
+    slurm.write_text('[slurm]\njob_name = "air-fleet-check"\n')
+    command = [str(python), "-m", "prime_rl.entrypoints.rl", "@", str(V1_DIR / "rl_debug.toml"), "@", str(slurm)]
+    done = subprocess.run([*command, "@", str(overlay), "--dry-run"], capture_output=True, text=True, timeout=600,
+                          cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (script,) = tmp_path.rglob("rl.sbatch")
+    expected = tomllib.loads(overlay.read_text())["slurm"]["pre_run_command"]
+    assert expected in script.read_text() and "fleet spread" in expected
+    (config,) = tmp_path.rglob("configs/rl.json")
+    sources = json.loads(config.read_text())["orchestrator"]["train"]["source"]
+    assert [s["serve"]["address"] for s in sources if s["name"] == "mlgym-titanic"] == ["tcp://127.0.0.1:5951"]
