@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import shlex
 import sys
@@ -194,8 +193,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"{len(records)} env nodes recorded in {folder.nodes}")
     for record in records.values():
         print(f"  {record.name}: {record.address}, {record.capacity} at once, GPUs {record.gpus or 'none'}")
-    for path in sorted(folder.spread.glob("*.json")):
-        figures = json.loads(path.read_text())
+    for figures in folder.all_figures():
         print(f"source {figures['source']} at {figures['address']}: {figures['waiting']} waiting")
         for name, node in figures["nodes"].items():
             print(

@@ -8,9 +8,7 @@ loopback (the orchestrator's hop carries no key). And the keys themselves: owner
 from __future__ import annotations
 
 import asyncio
-import json
 import stat
-from pathlib import Path
 
 from air.fleet.errors import FleetError
 from air.fleet.folder import FleetFolder, KeyPair
@@ -46,13 +44,12 @@ def fleet_rows(root: str) -> list[CheckRow]:
             detail = f"{record.address}: CURVE, the run's key only (a keyless peer got no answer);"
             detail += f" {keyed.get('running')} running, {keyed.get('containers')} containers"
             rows.append(CheckRow(f"env node {name}", "pass", detail))
-    for path in sorted(folder.spread.glob("*.json")):
-        figures = read_json(path)
+    for figures in folder.all_figures():
         address = str(figures.get("address", ""))
         exposed = beyond_loopback(address)
         rows.append(
             CheckRow(
-                f"spreader {figures.get('source', path.stem)}",
+                f"spreader {figures.get('source')}",
                 "warn" if exposed else "pass",
                 f"{address}: " + ("reachable beyond this host, without a key" if exposed else "loopback only"),
                 "bind the spreader to 127.0.0.1 (air fleet overlay does)" if exposed else "",
@@ -63,10 +60,3 @@ def fleet_rows(root: str) -> list[CheckRow]:
 
 async def _both(address: str, keys: tuple[KeyPair, bytes]) -> tuple[dict | None, dict | None]:
     return await ask_status(address, keys, PROBE_S), await ask_status(address, None, PROBE_S)
-
-
-def read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}

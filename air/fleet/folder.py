@@ -54,6 +54,21 @@ class FleetFolder:
     spread = property(lambda self: self.root / "spread")
     env_file = property(lambda self: self.root / "env.json")
 
+    def figures_path(self, source: str) -> Path:
+        return self.spread / f"{source}.json"
+
+    def figures(self, source: str) -> dict:
+        """A spreader's last figures ({} before it wrote any, or while a write is half done elsewhere)."""
+        try:
+            figures = json.loads(self.figures_path(source).read_text())
+        except (OSError, ValueError):
+            return {}
+        return figures if isinstance(figures, dict) else {}
+
+    def all_figures(self) -> list[dict]:
+        """Every spreader's figures, by source name."""
+        return [figures for path in sorted(self.spread.glob("*.json")) if (figures := self.figures(path.stem))]
+
     def logs(self, node: str) -> Path:
         return self.root / "logs" / node
 

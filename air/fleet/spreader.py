@@ -258,7 +258,7 @@ class Spreader:
         figures = self.figures()
         text = json.dumps(figures, indent=2)
         if text != self._written:
-            write_atomic(self.folder.spread / f"{self.source}.json", text)
+            write_atomic(self.folder.figures_path(self.source), text)
             self._written = text
         now = time.monotonic()
         if now - self._logged >= self.settings.log_interval_s:

@@ -226,11 +226,7 @@ def env_node_figures(source: V1Source) -> dict[str, Any]:
     """The spreader's last figures per env node (its state, episodes running, done and failed, containers)."""
     if source.fleet is None:
         return {}
-    path = FleetFolder(source.fleet).spread / f"{source.name}.json"
-    try:
-        return json.loads(path.read_text()).get("nodes", {})
-    except (OSError, ValueError):
-        return {}
+    return FleetFolder(source.fleet).figures(source.name).get("nodes", {})
 
 
 def server_addresses(plan: V1Plan, configs: Path) -> dict[str, str]:
