@@ -24,6 +24,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "slurm_cluster.sh"
+ENGINE_SCRIPT = ROOT / "scripts" / "second_docker_engine.sh"
 # Images copied into every node's engine of the session cluster (from the engine DOCKER_HOST names, else the
 # default one). None needed here; a suite that needs its sandbox image on the nodes names it.
 CLUSTER_IMAGES: tuple[str, ...] = ()
@@ -76,6 +77,19 @@ class SlurmCluster:
             files[f"slurmd-{node}"] = self.dir / "run" / f"slurmd-{node}.pid"
             files[f"dockerd-{node}"] = self.dir / "engines" / node / "docker.pid"
         return {name: int(path.read_text().strip()) for name, path in files.items() if path.is_file()}
+
+    def env_node_steps(self, job: str) -> dict[str, str]:
+        """node -> step id of a job's running env-node steps (air fleet submit names them env-node-NODE)."""
+        out = self.run("squeue", "-s", "-j", job, "-h", "-o", "%i %j").stdout.split("\n")
+        pairs = (line.split() for line in out if line.strip())
+        return {name.removeprefix("env-node-"): step for step, name in pairs if name.startswith("env-node-")}
+
+    def engine(self, action: str, node: str) -> None:
+        """Stop or start one node's Docker engine (scripts/second_docker_engine.sh), as its host would."""
+        folder = str(self.dir / "engines" / node)
+        done = subprocess.run(["bash", str(ENGINE_SCRIPT), action, folder], env=_script_env(), capture_output=True,
+                              text=True, timeout=300)  # fmt: skip
+        assert done.returncode == 0, done.stderr
 
     def status(self) -> subprocess.CompletedProcess[str]:
         return _script("status", self.dir, check=False)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import glob
-import json
 import os
 import shutil
 import signal
@@ -33,6 +32,30 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def containers(address: str | None, run_id: str) -> list[str]:
+    """Names of a run's containers, stopped ones included, on the engine at ``address`` (None: the default)."""
+    import docker
+
+    client = docker.DockerClient(base_url=address, timeout=30) if address else docker.from_env(timeout=30)
+    try:
+        found = client.containers.list(all=True, filters={"label": f"air.run={run_id}"}, ignore_removed=True)
+        return [container.name for container in found]
+    finally:
+        client.close()
+
+
+async def outcomes(running: list[asyncio.Task], since: float) -> list[tuple[str, object, float]]:
+    """Each episode as it ends: ("ok", what it returned, seconds since ``since``), or ("failed", the words of the
+    RuntimeError verifiers' client raises for a failed reply, seconds)."""
+    ended = []
+    for task in asyncio.as_completed(running):
+        try:
+            ended.append(("ok", await task, time.monotonic() - since))
+        except RuntimeError as exc:
+            ended.append(("failed", str(exc), time.monotonic() - since))
+    return ended
 
 
 def make_folder(path: Path, env: dict | None = None) -> FleetFolder:
@@ -123,10 +146,7 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.1):
 
 
 def figures(folder: FleetFolder, source: str = "train") -> dict:
-    try:
-        return json.loads((folder.spread / f"{source}.json").read_text())
-    except (OSError, ValueError):
-        return {}
+    return folder.figures(source)
 
 
 class WireClient:

@@ -15,33 +15,18 @@ import threading
 import time
 from pathlib import Path
 
-import docker
 import pytest
 
 from air.fleet.probe import answers
 from air.rehearsal.launch import entry_env
 from tests.fleet.conftest import new_slurm_cluster  # noqa: F401 (a fixture)
-from tests.fleet.rig import figures, make_folder, remove_private, wait_for
+from tests.fleet.rig import containers, figures, make_folder, remove_private, wait_for
 from tests.opt_in import prime_rl_v1_checkout
 from tests.rehearsal.test_rehearse_v1_e2e import CONFIG, SOURCE
 
 ROOT = Path(__file__).resolve().parents[2]
-ENGINE_SCRIPT = ROOT / "scripts" / "second_docker_engine.sh"
 LOST_AFTER = 4.0
 BOUND = LOST_AFTER + 2 * 1.0
-
-
-def _steps(cluster, job: str) -> dict[str, str]:
-    out = cluster.run("squeue", "-s", "-j", job, "-h", "-o", "%i %j").stdout.split("\n")
-    pairs = (line.split() for line in out if line.strip())
-    return {name.removeprefix("env-node-"): step for step, name in pairs if name.startswith("env-node-")}
-
-
-def _engine(action: str, cluster, node: str) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "DOCKER_HOST"}
-    folder = str(cluster.dir / "engines" / node)
-    done = subprocess.run(["bash", str(ENGINE_SCRIPT), action, folder], env=env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
 
 
 def _saboteur(cluster, job: str, folder, when: dict, stop: threading.Event) -> None:
@@ -57,13 +42,13 @@ def _saboteur(cluster, job: str, folder, when: dict, stop: threading.Event) -> N
     else:
         return
     killed_start = folder.records()["n2"].incarnation
-    cluster.run("scancel", _steps(cluster, job)["n2"])
-    _engine("stop", cluster, "n2")
+    cluster.run("scancel", cluster.env_node_steps(job)["n2"])
+    cluster.engine("stop", "n2")
     when["killed"] = time.time()
     wait_for(lambda: nodes()["n2"]["state"] == "lost", 60, "n2 lost")
     when["lost"] = time.time()
     time.sleep(5)
-    _engine("start", cluster, "n2")
+    cluster.engine("start", "n2")
     # Back: the job's loop started n2 again and it answers with the run's key (the rehearsal's spreader may
     # have stopped by then, its steps done: it is not asked).
     record = wait_for(
@@ -134,9 +119,4 @@ def test_rehearse_over_two_slurm_env_nodes_survives_losing_one(
                 assert not (node == "n2" and when["killed"] < ended < when["back"]), "a lost node's episode trained"
     assert by_node.get("n1", 0) > 0, by_node
     for node in cluster.nodes:
-        client = docker.DockerClient(base_url=cluster.engine_address(node), timeout=30)
-        try:
-            left = client.containers.list(all=True, filters={"label": f"air.run={run_id}-{node}"})
-        finally:
-            client.close()
-        assert left == [], f"containers left on {node}"
+        assert containers(cluster.engine_address(node), f"{run_id}-{node}") == [], f"containers left on {node}"

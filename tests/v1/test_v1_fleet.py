@@ -13,16 +13,17 @@ import os
 import time
 from pathlib import Path
 
-import docker
 import pytest
 
 from air.inference.server import PolicyServer
 from tests.fleet.rig import (
     Processes,
+    containers,
     figures,
     free_port,
     make_folder,
     node_command,
+    outcomes,
     remove_private,
     spread_command,
     wait_for,
@@ -36,15 +37,6 @@ from verifiers.v1.utils import loaders  # noqa: E402
 
 LOST_AFTER, PROBE = 4.0, 0.5
 BOUND = LOST_AFTER + 2 * PROBE
-
-
-def _containers(address: str | None, run_id: str) -> list[str]:
-    client = docker.DockerClient(base_url=address, timeout=30) if address else docker.from_env(timeout=30)
-    try:
-        found = client.containers.list(all=True, filters={"label": f"air.run={run_id}"}, ignore_removed=True)
-        return [container.name for container in found]
-    finally:
-        client.close()
 
 
 @pytest.mark.docker
@@ -92,12 +84,7 @@ def test_a_node_lost_with_its_engine_costs_only_its_own_episodes(
                     processes.kill("n2")  # its gate and env server, as a cancelled Slurm step ends
                     await asyncio.to_thread(second_engine.stop)  # and its Docker engine
                     killed = time.monotonic()
-                    outcomes = []
-                    for task in asyncio.as_completed(running):
-                        try:
-                            outcomes.append(("ok", await task, time.monotonic() - killed))
-                        except RuntimeError as exc:
-                            outcomes.append(("failed", str(exc), time.monotonic() - killed))
+                    ended = await outcomes(running, killed)
                     await asyncio.to_thread(second_engine.start)
                     killed_start = folder.records()["n2"].incarnation  # its record outlives a SIGKILL
                     processes.start(
@@ -108,11 +95,11 @@ def test_a_node_lost_with_its_engine_costs_only_its_own_episodes(
                     while nodes()["n2"]["state"] != "up":
                         await asyncio.sleep(0.2)
                     after = await asyncio.gather(*(episode(client, i) for i in range(4)))
-                    return warm, outcomes, after
+                    return warm, ended, after
                 finally:
                     await client.close()
 
-            warm, outcomes, after = asyncio.run(play())
+            warm, ended, after = asyncio.run(play())
         processes.stop("spreader")
         for name in ("n1", "n2-again"):
             processes.stop(name, timeout=120)
@@ -125,11 +112,11 @@ def test_a_node_lost_with_its_engine_costs_only_its_own_episodes(
         return trace.info["env_node"]
 
     assert {node_of(e) for e in warm} == {"n1", "n2"} and all(e.ok for e in warm)
-    failed = [(what, seconds) for kind, what, seconds in outcomes if kind == "failed"]
-    done = [episode for kind, episode, _ in outcomes if kind == "ok"]
-    assert failed and all("env node n2 lost" in what for what, _ in failed), outcomes
+    failed = [(what, seconds) for kind, what, seconds in ended if kind == "failed"]
+    done = [episode for kind, episode, _ in ended if kind == "ok"]
+    assert failed and all("env node n2 lost" in what for what, _ in failed), ended
     assert max(seconds for _, seconds in failed) < BOUND + 3, f"n2's episodes failed {failed}"
     assert done and all(node_of(e) == "n1" and e.ok for e in done), "n1's episodes finish"
     assert {node_of(e) for e in after} == {"n1", "n2"}, "n2 rejoined after its start"
-    assert _containers(None, f"{run_id}-n1") == [] and _containers(second_engine.address, f"{run_id}-n2") == []
+    assert containers(None, f"{run_id}-n1") == [] and containers(second_engine.address, f"{run_id}-n2") == []
     assert "removed" in processes.log("n2-again"), "the new start removed what the killed one left"

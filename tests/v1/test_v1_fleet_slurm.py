@@ -16,13 +16,12 @@ import sys
 import time
 from pathlib import Path
 
-import docker
 import pytest
 
 from air.fleet.overlay import spreader_command
 from air.inference.server import PolicyServer
 from tests.fleet.conftest import SlurmCluster, new_slurm_cluster  # noqa: F401 (a fixture)
-from tests.fleet.rig import figures, free_port, make_folder, remove_private, wait_for
+from tests.fleet.rig import containers, figures, free_port, make_folder, outcomes, remove_private, wait_for
 
 vf = pytest.importorskip("verifiers.v1")
 from verifiers.v1.configs.client import EvalClientConfig  # noqa: E402
@@ -30,32 +29,8 @@ from verifiers.v1.serve import EnvClient  # noqa: E402
 from verifiers.v1.utils import loaders  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-ENGINE_SCRIPT = ROOT / "scripts" / "second_docker_engine.sh"
 LOST_AFTER, PROBE = 4.0, 0.5
 BOUND = LOST_AFTER + 2 * PROBE
-
-
-def _containers(address: str, run_id: str) -> list[str]:
-    client = docker.DockerClient(base_url=address, timeout=30)
-    try:
-        found = client.containers.list(all=True, filters={"label": f"air.run={run_id}"}, ignore_removed=True)
-        return [container.name for container in found]
-    finally:
-        client.close()
-
-
-def _steps(cluster: SlurmCluster, job: str) -> dict[str, str]:
-    """node -> step id of the job's running env-node steps."""
-    out = cluster.run("squeue", "-s", "-j", job, "-h", "-o", "%i %j").stdout.split("\n")
-    return {name.removeprefix("env-node-"): step for step, name in (line.split() for line in out if line.strip())
-            if name.startswith("env-node-")}  # fmt: skip
-
-
-def _engine(action: str, cluster: SlurmCluster, node: str) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "DOCKER_HOST"}
-    done = subprocess.run(["bash", str(ENGINE_SCRIPT), action, str(cluster.dir / "engines" / node)],
-                          env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert done.returncode == 0, done.stderr
 
 
 def _submit_spreader(cluster: SlurmCluster, folder, port: int, out: Path) -> str:
@@ -93,7 +68,7 @@ def test_env_nodes_as_slurm_steps_lose_and_regain_a_node(docker_image: str, new_
     tasks = list(loaders.load_taskset(loaders.taskset_config_type("air_mlgym")(**taskset)))
     try:
         wait_for(lambda: len(nodes()) == 2 and all(n["state"] == "up" for n in nodes().values()), 240, "both env nodes")
-        assert set(_steps(cluster, job)) == {"n1", "n2"}, "one job step per node"
+        assert set(cluster.env_node_steps(job)) == {"n1", "n2"}, "one job step per node"
         with PolicyServer(f"script:{script}") as server:
             client_config = EvalClientConfig(base_url=server.base_url, api_key_var="AIR_TEST_KEY")
 
@@ -111,37 +86,32 @@ def test_env_nodes_as_slurm_steps_lose_and_regain_a_node(docker_image: str, new_
                         await asyncio.sleep(0.1)
                     await asyncio.sleep(2.0)
                     old = folder.records()["n2"].incarnation
-                    cluster.run("scancel", _steps(cluster, job)["n2"])  # n2's step only
-                    await asyncio.to_thread(_engine, "stop", cluster, "n2")
+                    cluster.run("scancel", cluster.env_node_steps(job)["n2"])  # n2's step only
+                    await asyncio.to_thread(cluster.engine, "stop", "n2")
                     killed = time.monotonic()
-                    outcomes = []
-                    for task in asyncio.as_completed(running):
-                        try:
-                            outcomes.append(("ok", await task, time.monotonic() - killed))
-                        except RuntimeError as exc:
-                            outcomes.append(("failed", str(exc), time.monotonic() - killed))
-                    await asyncio.to_thread(_engine, "start", cluster, "n2")
+                    ended = await outcomes(running, killed)
+                    await asyncio.to_thread(cluster.engine, "start", "n2")
                     while (folder.records().get("n2") is None or folder.records()["n2"].incarnation == old
                            or nodes()["n2"]["state"] != "up"):  # fmt: skip
                         await asyncio.sleep(0.2)
                     after = await asyncio.gather(*(episode(client, i) for i in range(4)))
-                    return warm, outcomes, after
+                    return warm, ended, after
                 finally:
                     await client.close()
 
-            warm, outcomes, after = asyncio.run(play())
+            warm, ended, after = asyncio.run(play())
     finally:
         cluster.run("scancel", job, spreader_job, check=False)
         wait_for(lambda: not cluster.run("squeue", "-h", check=False).stdout.strip(), 120, "the jobs to end")
         remove_private(folder)
     node_of = lambda episode: episode.traces[0].info["env_node"]  # noqa: E731
     assert {node_of(e) for e in warm} == {"n1", "n2"} and all(e.ok for e in warm)
-    failed = [(what, seconds) for kind, what, seconds in outcomes if kind == "failed"]
-    assert failed and all("env node n2 lost" in what for what, _ in failed), outcomes
+    failed = [(what, seconds) for kind, what, seconds in ended if kind == "failed"]
+    assert failed and all("env node n2 lost" in what for what, _ in failed), ended
     assert max(seconds for _, seconds in failed) < BOUND + 3, f"n2's episodes failed {failed}"
-    assert all(node_of(e) == "n1" and e.ok for kind, e, _ in outcomes if kind == "ok")
+    assert all(node_of(e) == "n1" and e.ok for kind, e, _ in ended if kind == "ok")
     assert {node_of(e) for e in after} == {"n1", "n2"}, "n2 rejoined after its step started again"
     for node in cluster.nodes:
-        assert _containers(cluster.engine_address(node), f"{run_id}-{node}") == [], f"containers left on {node}"
+        assert containers(cluster.engine_address(node), f"{run_id}-{node}") == [], f"containers left on {node}"
     logs = (folder.root / "logs").rglob("*")
     assert any("removed" in path.read_text(errors="replace") for path in logs if path.is_file()), "n2 reaped"
