@@ -205,7 +205,7 @@ PY
     echo "$DIR/src" >"$site/prime_rl_source.pth"
     [[ ! -d "$DIR/packages/prime-rl-configs/src" ]] || echo "$DIR/packages/prime-rl-configs/src" >>"$site/prime_rl_source.pth"
 
-    say "installing air-agent[tiny] (editable)"
+    say "installing air-mlgym[tiny] (editable)"
     uv pip install --quiet --python "$PY" --constraint "$work/constraints.txt" -e "$AIR_DIR[tiny]" ||
         die "uv pip install -e $AIR_DIR[tiny] failed"
     install_air_side "$PY" "$([[ $GENERATION == v1 ]] && echo 1 || echo 0)"

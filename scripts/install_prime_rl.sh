@@ -13,7 +13,7 @@
 #   --orchestrator-only
 #       Only what prime-rl's orchestrator needs, for `air rehearse` on a machine without CUDA: a venv in
 #       DIR/.venv-orchestrator with CPU torch (no vLLM, no flash-attn, no CUDA torch where the CPU index is
-#       reachable), prime-rl's source on its path, its pinned verifiers build, air-agent[tiny] and air_prime_rl
+#       reachable), prime-rl's source on its path, its pinned verifiers build, air-mlgym[tiny] and air_prime_rl
 #       (prime_rl_side/: what air rehearse runs there).
 #       Versions come from prime-rl's own uv.lock (as constraints). Leaves DIR/.venv alone. Python 3.12 where
 #       uv finds one (prime-rl's), else this machine's 3.11.4+ (both run the orchestrator; the script says which).

@@ -101,11 +101,12 @@ else
 fi
 
 section "uv sync"
-# With the `tiny` extra (torch, transformers): `air tiny-model`, `air policy-server --vllm` and their
-# tests. On Linux, PyPI's torch brings its CUDA libraries too (a few GB, once; cached by uv after).
+# What the main job and the viewer need, nothing more (about 550 MB): verifiers 0.1.10 and its datasets stack,
+# Streamlit. The tests' tools and torch (on Linux PyPI's torch brings 4 GB of CUDA wheels) come with
+# scripts/test.sh, which adds them to the same .venv. --inexact: a re-run keeps what test.sh added.
 # A new venv's bytecode is compiled once here (every later process imports faster, also where
-# PYTHONDONTWRITEBYTECODE is set); a re-run only checks, without re-checking 19,000 compiled files.
-if [[ -d .venv ]]; then uv sync --locked --extra tiny; else uv sync --locked --extra tiny --compile-bytecode; fi
+# PYTHONDONTWRITEBYTECODE is set); a re-run only checks, without re-checking every compiled file.
+if [[ -d .venv ]]; then uv sync --locked --inexact; else uv sync --locked --inexact --compile-bytecode; fi
 
 section "sandbox image"
 uv run air build-image

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The test suite, in the two environments a checkout has (one generation of verifiers each; they conflict):
-#   .venv     verifiers 0.1.10 (the classic front)   uv run pytest
+#   .venv     verifiers 0.1.10 (the classic front)   uv run --group dev --extra tiny pytest
 #   .venv-v1  verifiers 0.4.0  (the v1 front)        tests/v1 and the architecture test
+# The dev group (pytest, playwright, ...) and the tiny extra (torch, transformers) are not in set-up's lean
+# .venv: the first run adds them (torch from PyPI is CUDA's on Linux: about 4 GB, once; uv caches it).
 #
 #   bash scripts/test.sh          the fast tier: every test but the slow and red-team ones (a few minutes)
 #   bash scripts/test.sh --all    every test (CI runs this)
@@ -27,8 +29,8 @@ run() {
     return $status
 }
 
-echo "==> classic front (verifiers 0.1.10): uv run pytest $*"
-run uv run pytest "$@"
+echo "==> classic front (verifiers 0.1.10): uv run --group dev --extra tiny pytest $*"
+run uv run --group dev --extra tiny pytest "$@"
 classic=$?
 # tests/conftest.py collects only tests/v1 and the architecture test where verifiers is v1-only. Paths
 # named on the command line are collected whatever conftest says, so the v1 run keeps only its own (and
@@ -47,7 +49,7 @@ if [[ $named == 1 && $kept == 0 ]]; then
     echo "==> v1 front: no test of it named"
 else
     echo "==> v1 front (verifiers 0.4.0, .venv-v1): pytest ${v1_args[*]}"
-    UV_PROJECT_ENVIRONMENT=.venv-v1 run uv run --no-group classic --group v1 pytest "${v1_args[@]}"
+    UV_PROJECT_ENVIRONMENT=.venv-v1 run uv run --no-group classic --group dev --group v1 pytest "${v1_args[@]}"
     v1=$?
 fi
 [[ $classic == 0 && $v1 == 0 ]] || { echo "FAILED: classic suite exit $classic, v1 suite exit $v1" >&2; exit 1; }

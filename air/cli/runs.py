@@ -129,7 +129,7 @@ def register_standalone(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--wandb",
         action="store_true",
-        help="also log steps and sample rollouts to Weights & Biases (pip install 'air-agent[wandb]')",
+        help="also log steps and sample rollouts to Weights & Biases (pip install 'air-mlgym[wandb]')",
     )
     parser.add_argument("--wandb-project", help="W&B project; default: $WANDB_PROJECT, else air-agent")
     parser.add_argument("--wandb-name", help="W&B run name; default: $WANDB_NAME, else W&B's")

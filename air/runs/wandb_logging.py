@@ -37,7 +37,7 @@ DEFAULT_PROJECT = "air-agent"
 PREFIX = "standalone/"
 TABLE_KEY = "samples"
 MAX_COMMANDS_CHARS = 2000
-INSTALL_HINT = "pip install 'air-agent[wandb]'"
+INSTALL_HINT = "pip install 'air-mlgym[wandb]'"
 
 
 class WandbUnavailable(RuntimeError):

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 APP = Path(__file__).resolve().parents[1] / "visualize.py"  # the Streamlit script
-INSTALL_HINT = "pip install 'air-agent[viewer]' (this project's own environment has it: `uv run air view DIR`)"
+INSTALL_HINT = "pip install 'air-mlgym[viewer]' (this project's own environment has it: `uv run air view DIR`)"
 
 
 def streamlit_arguments(directory: Path, host: str, port: int | None, browser: bool) -> list[str]:

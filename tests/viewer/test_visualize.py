@@ -309,4 +309,4 @@ def test_air_view_without_streamlit_says_how_to_get_it(tmp_path: Path, monkeypat
         importlib.util, "find_spec", lambda name, *a: None if name == "streamlit" else real_find_spec(name, *a)
     )
     assert main(["view", str(tmp_path)]) == 1
-    assert "pip install 'air-agent[viewer]'" in capsys.readouterr().err
+    assert "pip install 'air-mlgym[viewer]'" in capsys.readouterr().err
