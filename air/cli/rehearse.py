@@ -64,7 +64,8 @@ def cmd_rehearse(args: argparse.Namespace) -> int:
     logprob before and after (exit 1 when it did not learn).
     A config for today's prime-rl (configs/mlgym-v1/) runs its env servers too, one per source, unless
     --external-env-server names one started separately.
-    Needs: bash scripts/install_prime_rl.sh --orchestrator-only [--commit 559b447], Docker and the image."""
+    Needs: bash scripts/install_prime_rl.sh --orchestrator-only [--commit 559b447] (with --trainer:
+    --cpu-trainer in its place, the same install plus the trainer's packages), Docker and the image."""
     from air.cli.console import output_console
     from air.rehearsal.errors import RehearsalError
     from air.rehearsal.progress import StepProgress

@@ -18,6 +18,11 @@ INSTALLS = {
     "classic": "bash scripts/install_prime_rl.sh --orchestrator-only [DIR]",
     "v1": f"bash scripts/install_prime_rl.sh --orchestrator-only --commit {V1_COMMIT} [DIR]",
 }
+# With --trainer: --cpu-trainer is the orchestrator's install plus the trainer's packages (one install, not two).
+TRAINER_INSTALLS = {
+    "classic": "bash scripts/install_prime_rl.sh --cpu-trainer [DIR]",
+    "v1": f"bash scripts/install_prime_rl.sh --cpu-trainer --commit {V1_COMMIT} [DIR]",
+}
 VENVS = (".venv-orchestrator", ".venv")  # the CPU install's, else a full install's
 ORCHESTRATOR_MODULE = "prime_rl.orchestrator.orchestrator"
 IMPORTING = "importing prime-rl's orchestrator (a fresh venv's first import can take minutes)"
@@ -38,12 +43,14 @@ def find_orchestrator_python(
     *,
     say: Callable[[str, int, int], None] | None = None,
     timeout_s: float = 1800.0,
+    trainer: bool = False,
 ) -> tuple[Path, Path]:
     """(the Python that runs prime-rl's orchestrator, the checkout) for a config of ``generation``
     (classic: the pinned c87c19b; v1: today's prime-rl, any commit with env servers); RehearsalError
     naming what is wrong. The import probe waits up to ``timeout_s`` (the rehearsal's own deadline),
-    announced through ``say`` as the stage :data:`IMPORTING`."""
-    hint = INSTALLS[generation]
+    announced through ``say`` as the stage :data:`IMPORTING`. With ``trainer`` (``--trainer``) the install
+    named is the one that has prime-rl's trainer too (``--cpu-trainer``)."""
+    hint = (TRAINER_INSTALLS if trainer else INSTALLS)[generation]
     install = find_prime_rl(explicit)
     if install is None:
         raise RehearsalError(f"prime-rl not found (--prime-rl, $PRIME_RL_DIR, ~/prime-rl); install it: {hint}")

@@ -40,7 +40,9 @@ def rehearse(settings: RehearsalSettings, progress: Callable[[str, int, int], No
     raw = read_config(path)
     generation = GENERATIONS[detect_generation(raw)]
     plan = generation.plan(path, raw, settings)
-    python, root = find_orchestrator_python(settings.prime_rl, generation.name, say=say, timeout_s=settings.timeout_s)
+    python, root = find_orchestrator_python(
+        settings.prime_rl, generation.name, say=say, timeout_s=settings.timeout_s, trainer=settings.trainer
+    )
     generation.check(plan)
     run = TrainerRun(device=trainer_device(python, generation.name, root)) if settings.trainer else None
     out = new_output_folder(settings.output)

@@ -74,6 +74,29 @@ def test_the_cli_refuses_zero_steps_and_reports_a_missing_prime_rl(tmp_path, cap
     assert "--orchestrator-only --commit 559b447" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("folder", "install"),
+    [
+        ("mlgym", "install_prime_rl.sh --cpu-trainer "),
+        ("mlgym-v1", "install_prime_rl.sh --cpu-trainer --commit 559b447"),
+    ],
+)
+def test_with_trainer_a_missing_prime_rl_names_the_install_that_has_a_trainer(tmp_path, capsys, folder, install):
+    # --orchestrator-only has no trainer: following it, the user would have to install a second time.
+    config = str(ROOT / "configs" / folder / "rl_2gpu.toml")
+    assert main(["rehearse", "--config", config, "--trainer", "--prime-rl", str(tmp_path / "none")]) == 1
+    err = capsys.readouterr().err
+    assert install in err and "--orchestrator-only" not in err
+    checkout = tmp_path / "prime-rl"  # a checkout without any venv: the same install named
+    (checkout / "src" / "prime_rl" / "entrypoints").mkdir(parents=True)
+    (checkout / "src" / "prime_rl" / "entrypoints" / "env_server.py").write_text("")
+    git(checkout, "init", "-q")
+    git(checkout, "add", "-A")
+    git(checkout, "commit", "-qm", "today's")
+    with pytest.raises(RehearsalError, match="no venv with prime-rl's orchestrator.*--cpu-trainer --commit 559b447"):
+        find_orchestrator_python(str(checkout), "v1", trainer=True)
+
+
 def _report(**changes) -> RehearsalReport:
     figures = dict(
         config="c", output_dir="o", steps_requested=3, steps_completed=3, rollouts=8, masked=0, samples=20,
