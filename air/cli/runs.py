@@ -184,6 +184,7 @@ def cmd_standalone(args: argparse.Namespace) -> int:
         except PolicySpecError as exc:
             raise CommandError(str(exc)) from exc
     _check_before_start(settings)
+    require_engine_for("air standalone")
     loggers = []
     if args.wandb:
         from air.runs.wandb_logging import WandbStepLogger, WandbUnavailable
@@ -239,6 +240,17 @@ def cmd_standalone(args: argparse.Namespace) -> int:
     view.print_summary(summary)
     # Exit status (docs/standalone.md): 0 when every step ran and some rollout was not masked; 1 otherwise.
     return 0 if summary["masked"] < summary["rollouts"] else 1
+
+
+def require_engine_for(command: str) -> None:
+    """No Docker engine: one line at once (the pool would otherwise wait engine_wait_s for it to come back)."""
+    from air.sandbox.engine import require_engine
+    from air.sandbox.errors import EngineAbsent
+
+    try:
+        require_engine()
+    except EngineAbsent as exc:
+        raise CommandError(f"{command}: {exc}") from None
 
 
 def _check_before_start(settings: StandaloneSettings) -> None:

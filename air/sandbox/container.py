@@ -30,7 +30,7 @@ from docker.models.containers import Container
 
 from air.sandbox.config import SandboxConfig, owner_labels, parse_env_gpu
 from air.sandbox.disk_watch import ContainerStopped, DiskWatch
-from air.sandbox.engine import DOCKER_ERRORS, looks_like_engine_failure, unreachable_message
+from air.sandbox.engine import DOCKER_ERRORS, absent_message, looks_like_engine_failure, unreachable_message
 from air.sandbox.errors import SandboxDied, SandboxError, SandboxStartError, image_missing
 from air.sandbox.shell import CommandResult, Shell
 from air.sandbox.storage import driver_or_none, quota_refused_hint, storage_kwargs, watches_disk
@@ -47,10 +47,7 @@ def docker_client() -> docker.DockerClient:
             _client.ping()
         except DOCKER_ERRORS as exc:
             _client = None
-            raise SandboxStartError(
-                f"No Docker engine answers ({exc}). Start one (e.g. `dockerd &` or "
-                "`systemctl start docker`) or set DOCKER_HOST."
-            ) from exc
+            raise SandboxStartError(f"{absent_message()} ({exc})") from exc
     return _client
 
 

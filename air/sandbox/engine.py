@@ -48,6 +48,14 @@ def engine_answers(timeout: float = 5.0) -> bool:
         client.close()
 
 
+def require_engine(timeout: float = 5.0) -> None:
+    """For a command that starts containers: no engine is one line at once, before any folder or server."""
+    from air.sandbox.errors import EngineAbsent
+
+    if not engine_answers(timeout):
+        raise EngineAbsent(absent_message())
+
+
 def looks_like_engine_failure(exc: BaseException) -> bool:
     """Does ``exc`` (or anything in its chain) say the engine's connection failed? A hint only: the pool
     decides with :func:`engine_answers`."""
@@ -63,3 +71,11 @@ def looks_like_engine_failure(exc: BaseException) -> bool:
 
 def unreachable_message(address: str | None = None) -> str:
     return f"Docker engine unreachable at {address or engine_address()}"
+
+
+def absent_message(address: str | None = None) -> str:
+    """What to say when no engine has answered at all (a first start, not an engine lost under a run)."""
+    return (
+        f"No Docker engine answers at {address or engine_address()}: start one (`sudo systemctl start docker` or "
+        "`sudo dockerd &`), or point DOCKER_HOST at one that runs; `air check` checks the rest of the set-up"
+    )

@@ -39,6 +39,11 @@ class EngineUnreachable(SandboxDied):
     """The Docker engine stopped answering (or restarted) under a rollout: its container is lost."""
 
 
+class EngineAbsent(SandboxStartError, SandboxesUnavailable):
+    """No Docker engine answered when the pool opened: said at once (nothing was lost, nothing to wait for).
+    Not remembered: the next rollout asks again, so a server started before its engine recovers."""
+
+
 class EngineGone(SandboxesUnavailable):
     """The Docker engine did not come back within the pool's wait: no rollout can start."""
 
