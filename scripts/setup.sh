@@ -111,3 +111,11 @@ if [[ -d .venv ]]; then uv sync --locked --inexact; else uv sync --locked --inex
 section "sandbox image"
 uv run air build-image
 
+
+end_section
+# `uv run air` works only in this folder (elsewhere uv answers "Failed to spawn: air"): say how to reach it.
+cat <<DONE
+Set up. The main job: uv run air standalone   (in $PWD)
+From any other folder: uv run --project $PWD air ...   (or put air on your PATH once:
+ln -s $PWD/.venv/bin/air ~/.local/bin/air)
+DONE
