@@ -9,7 +9,7 @@ from pathlib import Path
 
 from air.cli.errors import CommandError
 from air.cli.help import DefaultsHelpFormatter
-from air.viewer.launch import INSTALL_HINT, serve, warm_up
+from air.viewer.launch import INSTALL_HINT, ViewerPortError, address_lines, choose_port, port_free, serve, warm_up
 
 
 def register_view(subparsers: argparse._SubParsersAction) -> None:
@@ -33,13 +33,22 @@ def register_view(subparsers: argparse._SubParsersAction) -> None:
 
 def cmd_view(args: argparse.Namespace) -> int:
     """Serve the Streamlit trajectory viewer for DIR: our trajectory JSON and MLGym run folders at any
-    depth, each rollout shown with its run (several runs' groups are never pooled). Prints the URL;
-    on a remote node, forward the port (ssh -L 8501:localhost:8501)."""
+    depth, each rollout shown with its run (several runs' groups are never pooled). Prints the URL, and
+    the ssh -L line that forwards its port from another machine. A --port in use is refused."""
     if importlib.util.find_spec("streamlit") is None:
         raise CommandError(f"the viewer needs Streamlit, which this environment lacks: {INSTALL_HINT}")
     directory = Path(args.directory).expanduser()
     if not directory.is_dir():
         raise CommandError(f"{directory}: no such folder (give the folder holding the trajectories)")
     directory = directory.resolve()
+    try:
+        port = choose_port(args.host, args.port)
+    except ViewerPortError as exc:
+        raise CommandError(str(exc)) from None
+    for line in address_lines(args.host, port, args.port):
+        print(line, flush=True)
     threading.Thread(target=warm_up, args=(directory,), name="air-view-warm-up", daemon=True).start()
-    return serve(directory, host=args.host, port=args.port, browser=args.browser)
+    status = serve(directory, host=args.host, port=port, browser=args.browser)
+    if status != 0 and not port_free(args.host, port):  # taken between the choice and Streamlit's bind
+        raise CommandError(f"port {port} on {args.host} was taken as the viewer started: run it again")
+    return status

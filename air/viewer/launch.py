@@ -4,16 +4,79 @@ It is ``streamlit run air/visualize.py -- --trajectory_dir DIR`` run in this pro
 Streamlit's own command line, so every ``--server.*`` option behaves as documented), plus a
 background thread that imports the viewer's libraries and indexes DIR while the server starts:
 the first page then only renders (measured in experiments.md).
+
+The port is chosen here, before Streamlit starts, by the bind Streamlit makes: an explicit one that is
+busy is refused with what to do; without one, the first free port from 8501 is handed to Streamlit as
+explicit, so the URL and the ``ssh -L`` line printed name the port it listens on.
 """
 
 from __future__ import annotations
 
+import errno
+import socket
 import sys
 import time
 from pathlib import Path
 
 APP = Path(__file__).resolve().parents[1] / "visualize.py"  # the Streamlit script
 INSTALL_HINT = "pip install 'air-mlgym[viewer]' (this project's own environment has it: `uv run air view DIR`)"
+DEFAULT_PORT = 8501  # Streamlit's own
+PORT_SEARCH = 100  # ports tried after the default, as Streamlit's own search
+WILDCARDS = ("0.0.0.0", "::")
+LOOPBACKS = ("127.0.0.1", "localhost", "::1", *WILDCARDS)  # forwarded as ssh's localhost
+
+
+class ViewerPortError(Exception):
+    """No port to listen on: the one asked for is busy, none is free from the default, or the address is bad."""
+
+
+def port_free(host: str, port: int) -> bool:
+    """Whether Streamlit could listen on ``host:port``: its own bind (the address's family, SO_REUSEADDR),
+    tried and undone. ViewerPortError for an address this machine cannot listen on at all."""
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+            sock.listen(1)
+    except OSError as exc:
+        if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+            return False
+        raise ViewerPortError(f"cannot listen on {host} ({exc.strerror or exc}): pass another --host") from None
+    return True
+
+
+def choose_port(host: str, port: int | None, first: int = DEFAULT_PORT) -> int:
+    """The port to serve on: ``port`` when it is free (ViewerPortError naming it and the fix when busy),
+    else the first free one from ``first``."""
+    if port == 0:  # any free port, as the system picks it (Streamlit would read it back too late to print)
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+            sock.bind((host, 0))
+            return sock.getsockname()[1]
+    if port is not None:
+        if not port_free(host, port):
+            raise ViewerPortError(
+                f"port {port} on {host} is in use (another viewer, or another program): pass another --port, "
+                f"or leave --port out to serve on the first free port from {DEFAULT_PORT}"
+            )
+        return port
+    for candidate in range(first, first + PORT_SEARCH + 1):
+        if port_free(host, candidate):
+            return candidate
+    raise ViewerPortError(f"ports {first}-{first + PORT_SEARCH} on {host} are all in use: pass a free --port")
+
+
+def address_lines(host: str, port: int, asked: int | None) -> list[str]:
+    """What ``air view`` prints once the port is known: the URL, and the ssh -L for a remote machine."""
+    shown = "127.0.0.1" if host in WILDCARDS else (f"[{host}]" if ":" in host else host)
+    moved = asked is None and port != DEFAULT_PORT
+    lines = [f"air view: port {DEFAULT_PORT} is in use: serving on {port}"] if moved else []
+    lines.append(f"air view: open http://{shown}:{port}")
+    target = "localhost" if host in LOOPBACKS else shown
+    lines.append(
+        f"air view: from another machine: ssh -L {port}:{target}:{port} HOST (HOST: this one), "
+        f"then open http://localhost:{port}"
+    )
+    return lines
 
 
 def streamlit_arguments(directory: Path, host: str, port: int | None, browser: bool) -> list[str]:
@@ -24,6 +87,8 @@ def streamlit_arguments(directory: Path, host: str, port: int | None, browser: b
 
 
 def serve(directory: Path, host: str = "127.0.0.1", port: int | None = None, browser: bool = False) -> int:
+    """Streamlit's server on ``host:port`` until it stops; its exit status. ``port`` None: Streamlit's own
+    search (``air view`` always gives one, :func:`choose_port`)."""
     from streamlit.web import cli
 
     try:
