@@ -22,6 +22,8 @@ SLOW_TESTS: frozenset[str] = frozenset(
         "tests/env/test_time_limits.py::test_the_rollout_time_limit_cuts_a_command_and_ends_the_episode",
         "tests/fleet/test_slurm_cluster.py",  # each test pays for a cluster's start and stop (5 s and more)
         "tests/inference/test_policy_server.py::test_an_idle_connection_outlives_the_clients_pool_expiry",
+        "tests/packaging/test_wheel_install.py::test_classic_vf_eval_runs_air_mlgym_from_the_installed_wheel",
+        "tests/packaging/test_wheel_install.py::test_v1_vf_eval_runs_air_mlgym_from_the_installed_wheel",
         "tests/runs/test_demo.py::test_every_task_gets_one_status",
         "tests/runs/test_demo.py::test_lane_merge_is_judged_as_a_sampled_game",
         "tests/runs/test_interrupted_run.py::test_ctrl_c_before_any_rollout_ended_leaves_no_folder",
