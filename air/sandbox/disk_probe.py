@@ -92,35 +92,51 @@ def walk(out, deadline, roots, found):
         if time.monotonic() > deadline:
             return f"counting its files took over {budget:g} s: delete some"
 
+def deleted_files(pid, deadline):  # [(dev, ino, size)] of pid's open deleted files; PermissionError if hidden
+    with open(f"/proc/{pid}/status", "rb") as f:  # bytes: a name need not be UTF-8
+        uids = next(line for line in f if line.startswith(b"Uid:")).split()[1:]
+    files = []
+    for fd in os.listdir(f"/proc/{pid}/fd") if str(agent.pw_uid).encode() in uids else []:
+        link = f"/proc/{pid}/fd/{fd}"
+        try:
+            target = os.readlink(link)
+            if not target.endswith(" (deleted)") or not target.startswith("/") or under_mount(target[:-10]):
+                continue
+            st = os.stat(link)
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if st.st_nlink == 0:
+            files.append((st.st_dev, st.st_ino, st.st_size))
+        if time.monotonic() > deadline:
+            raise TimeoutError
+    return files
+
 def deleted(deadline):  # as the agent: root without CAP_SYS_PTRACE cannot read another uid's /proc/PID/fd
     total, seen = 0, set()
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
-        try:
-            with open(f"/proc/{pid}/status", "rb") as f:  # bytes: a name need not be UTF-8
-                uids = next(line for line in f if line.startswith(b"Uid:")).split()[1:]
-            fds = os.listdir(f"/proc/{pid}/fd") if str(agent.pw_uid).encode() in uids else []
-        except (FileNotFoundError, ProcessLookupError, StopIteration):
-            continue
-        except PermissionError:
-            return 0, f"process {pid} of the agent hides its open files: end it"
-        for fd in fds:
-            link = f"/proc/{pid}/fd/{fd}"
+        # A process between changing uid and exec (a shell or command starting as the agent) is briefly
+        # not dumpable, so unreadable: asked again before it is called one that hides its files.
+        for pause in (0.02, 0.1, 0.3, None):
             try:
-                target = os.readlink(link)
-                if not target.endswith(" (deleted)") or not target.startswith("/") or under_mount(target[:-10]):
-                    continue
-                st = os.stat(link)
-            except (FileNotFoundError, ProcessLookupError):
-                continue
-            except PermissionError:
-                return 0, f"process {pid} of the agent hides its open files: end it"
-            if st.st_nlink == 0 and (st.st_dev, st.st_ino) not in seen:
-                seen.add((st.st_dev, st.st_ino))
-                total += st.st_size
-            if time.monotonic() > deadline:
+                files = deleted_files(pid, deadline)
+                break
+            except TimeoutError:
                 return total, f"reading its processes' open files took over {budget:g} s"
+            except (FileNotFoundError, ProcessLookupError, StopIteration):
+                files = []
+                break
+            except PermissionError:
+                if pause is None:
+                    return 0, f"process {pid} of the agent hides its open files: end it"
+                time.sleep(pause)
+        for dev, ino, size in files:
+            if (dev, ino) not in seen:
+                seen.add((dev, ino))
+                total += size
+        if time.monotonic() > deadline:
+            return total, f"reading its processes' open files took over {budget:g} s"
     return total, None
 
 def measure(roots, full):

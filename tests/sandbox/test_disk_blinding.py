@@ -153,3 +153,23 @@ async def test_files_deleted_but_held_open_count_and_their_holder_is_killed(sand
     left = await sandbox.run("pgrep -u agent -c python3; true")
     assert left.output.split()[0] == "0", left.output  # the holder is gone, and with it the files
     assert await sandbox.over_disk_limit() is None
+
+
+# The holder above, made non-dumpable first (PR_SET_DUMPABLE 0): the agent cannot read its /proc/PID/fd, so
+# the watch cannot count its files. Asked again a few times (a process changing uid is unreadable for a
+# moment), it stays hidden: a problem, over the limit, and the holder killed like any writer.
+HIDDEN_HOLD = HOLD.replace("import os, time\n", "import ctypes, os, time\nctypes.CDLL(None).prctl(4, 0, 0, 0, 0)\n")
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(240)
+async def test_a_holder_that_hides_its_open_files_is_a_problem_and_is_killed(sandbox: Sandbox):
+    assert "prctl(4, 0" in HIDDEN_HOLD
+    started = await sandbox.run(HIDDEN_HOLD)
+    assert started.output.strip().endswith("started"), started.output
+    waiting = await sandbox.run("sleep 60; echo never", timeout=90)
+    assert waiting.halted and "never" not in waiting.output and LIMIT.search(waiting.output), waiting.output
+    assert "hides its open files" in waiting.output, waiting.output
+    left = await sandbox.run("pgrep -u agent -c python3; true")
+    assert left.output.split()[0] == "0", left.output
+    assert await sandbox.over_disk_limit() is None
