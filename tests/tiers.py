@@ -38,6 +38,7 @@ SLOW_TESTS: frozenset[str] = frozenset(
         "tests/runs/test_standalone_replay.py::test_air_standalone_runs_steps_on_a_builtin_task",
         "tests/runs/test_standalone_replay.py::test_replaying_an_mlgym_run_on_its_task_root",
         "tests/runs/test_standalone_replay.py::test_replaying_our_trajectory_reproduces_its_scores",
+        "tests/runs/test_standalone_seed.py::test_two_runs_of_one_seed_give_the_same_figures",
         "tests/runs/test_standalone_start_checks.py::test_an_argument_error_comes_before_the_heavy_imports",
         "tests/sandbox/test_disk_blinding.py::test_empty_folders_count_and_a_big_file_after_them_is_seen",
         "tests/sandbox/test_disk_limits.py::test_a_runaway_file_hits_the_quota_and_the_rollout_goes_on",

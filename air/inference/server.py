@@ -9,8 +9,9 @@ foreground from the ``air policy-server`` command (:func:`serve_forever`, wired 
 Unknown request fields (temperature, max_tokens, logprobs, extra_body, ...) are ignored; any
 model name is accepted and echoed back. A malformed request gets HTTP 400 with an OpenAI-style
 error body. Randomness: one ``random.Random(seed)`` for the server, from which each request
-draws its own generator; a request's ``seed`` field instead makes that reply a pure function of
-the seed and the conversation.
+draws its own generator in the order requests arrive; a request's ``seed`` field instead makes that
+reply a pure function of the seed, the turn (replies so far) and the conversation, whatever else the
+server is asked meanwhile (``air standalone`` seeds each rollout's requests so).
 """
 
 from __future__ import annotations
@@ -68,8 +69,10 @@ class PolicyApp:
 
     def request_rng(self, request: ChatRequest, messages: list[dict[str, Any]], choice: int = 0) -> random.Random:
         if request.seed is not None:
-            # Same seed and conversation -> same reply, while each turn of an episode still differs.
-            key = json.dumps([request.seed, choice, messages], sort_keys=True)
+            # The seed and the turn, as vLLM's seeded sampling: each turn of an episode draws afresh, and what
+            # an observation holds that no reply depends on (ls -la's times) does not change the draws.
+            turn = sum(m.get("role") == "assistant" for m in messages)
+            key = json.dumps([request.seed, choice, turn])
             digest = hashlib.sha256(key.encode()).digest()
             return random.Random(digest)
         with self._rng_lock:

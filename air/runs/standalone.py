@@ -14,6 +14,7 @@ step) and ``summary.json``. Optional ``StepLogger``s (e.g. ``air.runs.wandb_logg
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import re
@@ -182,15 +183,23 @@ async def _run_steps(
                     t0 = time.perf_counter()
                     group_inputs = _step_inputs(rows, (step - 1) * groups_per_step, step, settings, policy_name)
 
-                    async def one_group(inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+                    async def one_rollout(row: dict[str, Any]) -> dict[str, Any]:
+                        # Its own sampling arguments: the scripted agent's seed is the rollout's (rollout_sampling).
                         # trajectory_path: where air_mlgym saved the rollout, for loggers to point at.
-                        outputs = await env.run_group(
-                            inputs, client, model, sampling, state_columns=["trajectory_path", "masked_because"]
+                        (output,) = await env.run_group(
+                            [row],
+                            client,
+                            model,
+                            rollout_sampling(sampling, settings, row["info"], seeded=server is not None),
+                            state_columns=["trajectory_path", "masked_because"],
                         )
                         if on_rollout:
-                            for _ in outputs:
-                                on_rollout()
-                        outputs = [dict(o) for o in outputs]
+                            on_rollout()
+                        return dict(output)
+
+                    async def one_group(inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+                        # In the group's own order, whichever rollout ends first: figures never follow timing.
+                        outputs = list(await asyncio.gather(*(one_rollout(row) for row in inputs)))
                         await asyncio.to_thread(record_advantages, outputs)
                         return outputs
 
@@ -222,13 +231,34 @@ async def _run_steps(
 def _step_inputs(
     rows: list[dict[str, Any]], first: int, step: int, settings: StandaloneSettings, policy: str | None
 ) -> list[list[dict[str, Any]]]:
-    """One group per example, taken in turn from the dataset (from row ``first`` on), labelled with its step."""
+    """One group per example, taken in turn from the dataset (from row ``first`` on), labelled with its step;
+    each rollout with its place in the group (``rollout``), which keys its sampling seed."""
     groups = []
     for g in range(settings.batch_size // settings.rollouts_per_example):
         row = rows[(first + g) % len(rows)]
         info = {**(row.get("info") or {}), "step": step, "group_id": f"{step}-{g}", "policy": policy}
-        groups.append([{**row, "info": info} for _ in range(settings.rollouts_per_example)])
+        groups.append([{**row, "info": {**info, "rollout": i}} for i in range(settings.rollouts_per_example)])
     return groups
+
+
+def sampling_seed(seed: int, group_id: str, rollout: int) -> int:
+    """The scripted agent's seed for rollout ``rollout`` of group ``group_id`` (``<step>-<g>``): a function of
+    the run's seed and the rollout's place alone, never of which request reached the server first. 63 bits,
+    as the ``seed`` field of OpenAI's API takes them. Nothing of the evaluation's seeds (env.seeds) follows
+    from it."""
+    digest = hashlib.sha256(f"air-standalone-sampling/{seed}/{group_id}/{rollout}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+def rollout_sampling(
+    sampling: dict[str, Any], settings: StandaloneSettings, info: dict[str, Any], *, seeded: bool
+) -> dict[str, Any]:
+    """One rollout's sampling arguments. The scripted agent (``seeded``) gets the rollout's own ``seed``:
+    its replies then follow from the seed and the turn (air.inference.server), so a run repeats with its
+    ``--seed``. Another endpoint's sampling is its own: no seed is sent there."""
+    if not seeded:
+        return dict(sampling)
+    return {**sampling, "seed": sampling_seed(settings.seed, info["group_id"], info["rollout"])}
 
 
 def record_advantages(outputs: list[dict[str, Any]]) -> None:
