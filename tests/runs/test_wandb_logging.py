@@ -284,7 +284,7 @@ async def test_a_failing_wandb_costs_only_the_wandb_copy(tmp_path: Path, monkeyp
 
 def test_without_wandb_the_logger_names_the_fix(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` now raises ImportError
-    with pytest.raises(WandbUnavailable, match=r"pip install 'air-agent\[wandb\]'"):
+    with pytest.raises(WandbUnavailable, match=r"pip install 'air-mlgym\[wandb\]'"):
         WandbStepLogger()
 
 
