@@ -30,6 +30,7 @@ SLOW_TESTS: frozenset[str] = frozenset(
         "tests/runs/test_interrupted_run.py::test_ctrl_c_in_a_step_leaves_only_true_files",
         "tests/runs/test_model_endpoint_faults.py::test_a_hung_endpoint_fails_in_twice_the_model_timeout",
         "tests/runs/test_replay.py::test_a_group_shares_one_seed_and_replay_reproduces_it_exactly",
+        "tests/runs/test_replay_sigterm.py",  # a real replay stopped mid-rollout: 7 s
         "tests/runs/test_standalone_cli.py::test_an_endpoint_dead_after_the_start_names_its_cause_and_writes_no_nan",
         "tests/runs/test_standalone_cli.py::test_trajectories_carry_their_step_and_advantage",
         "tests/runs/test_standalone_cli.py::test_two_runs_started_together_keep_separate_complete_folders",

@@ -42,15 +42,25 @@ def register_replay(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
+    """Exit status: 0 reproduced, 1 not (or an error), 130 on Ctrl-C, 143 on SIGTERM (docs/standalone.md)."""
     import asyncio
     import json
+    import signal
+    import sys
+    import threading
 
     from air.cli.console import output_console
     from air.cli.runs import require_classic_front
+    from air.runs.interruption import Terminated
     from air.runs.replay import ReplayError, render_comparison, replay_trajectory
 
     require_classic_front("air replay")
 
+    def terminated(signum: int, frame: object) -> None:  # before the rollout (it takes SIGTERM over then)
+        raise Terminated("the replay was stopped (SIGTERM) before its rollout started")
+
+    main_thread = threading.current_thread() is threading.main_thread()  # signal handlers are set only there
+    previous = signal.signal(signal.SIGTERM, terminated) if main_thread else None
     try:
         comparison = asyncio.run(
             replay_trajectory(
@@ -59,6 +69,17 @@ def cmd_replay(args: argparse.Namespace) -> int:
         )
     except ReplayError as exc:
         raise CommandError(str(exc)) from exc
+    except Terminated as exc:
+        print(f"air: terminated: {exc}", file=sys.stderr)
+        return 143  # 128 + SIGTERM, as a shell reports a process SIGTERM ended
+    except SystemExit as exc:  # verifiers' own SIGTERM handler (exit(143)), between its env's load and the rollout
+        if exc.code != 143:
+            raise
+        print("air: terminated: the replay was stopped (SIGTERM)", file=sys.stderr)
+        return 143
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
     if args.json:
         print(json.dumps(comparison, indent=2))
     else:

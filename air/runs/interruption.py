@@ -23,8 +23,15 @@ from typing import Any
 from air.env.trajectories import write_atomically
 
 INTERRUPTED = "interrupted (Ctrl-C) before it ended: no reward"
+TERMINATED = "terminated (SIGTERM) before it ended: no reward"
 SAME_KEYPRESS_S = 1.0
 RECORDING_WAIT_S = 30.0  # a rollout cut short only writes its record: seconds at most
+
+
+class Terminated(BaseException):
+    """SIGTERM stopped a command the way Ctrl-C does (its rollout cancelled, its container removed): the
+    command line says so in one line and exits 143 (128 + SIGTERM). A BaseException, as KeyboardInterrupt:
+    raised wherever a load happens to be, no ``except Exception`` on the way takes it for a failure."""
 
 
 class GracefulInterrupt:
@@ -35,10 +42,14 @@ class GracefulInterrupt:
     SIGINT did before (verifiers' and the sandbox's handlers: containers removed, KeyboardInterrupt at once).
 
     Without it, verifiers' handler raises KeyboardInterrupt wherever the loop happens to be, and the
-    summary could be written before the rollouts it should count were recorded."""
+    summary could be written before the rollouts it should count were recorded.
 
-    def __init__(self, core: Any) -> None:
+    ``signum`` SIGTERM: the same for a termination (``air replay``: instead of verifiers' ``exit(143)``
+    raised wherever the loop is)."""
+
+    def __init__(self, core: Any, signum: int = signal.SIGINT) -> None:
         self.core = core  # the env's MLGymCore, or None (an env without one)
+        self.signum = signum
         self.interrupted = False
         self._first_at = 0.0
         self._inside = False
@@ -48,7 +59,7 @@ class GracefulInterrupt:
         if threading.current_thread() is not threading.main_thread():
             return self  # only the main thread gets signals: Ctrl-C keeps its old way
         loop, task = asyncio.get_running_loop(), asyncio.current_task()
-        self._previous, self._inside = signal.getsignal(signal.SIGINT), True
+        self._previous, self._inside = signal.getsignal(self.signum), True
 
         def cancel_the_run() -> None:  # in the loop: after leaving, a late one must not cancel what follows
             if self._inside and task is not None:
@@ -63,10 +74,10 @@ class GracefulInterrupt:
                 raise KeyboardInterrupt
             self.interrupted, self._first_at = True, time.monotonic()
             if self.core is not None:
-                self.core.cancel_cause = INTERRUPTED
+                self.core.cancel_cause = INTERRUPTED if self.signum == signal.SIGINT else TERMINATED
             loop.call_soon_threadsafe(cancel_the_run)
 
-        signal.signal(signal.SIGINT, on_sigint)
+        signal.signal(self.signum, on_sigint)
         return self
 
     async def settle(self) -> None:
@@ -86,7 +97,7 @@ class GracefulInterrupt:
     async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
         self._inside = False
         if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+            signal.signal(self.signum, self._previous)
         if not self.interrupted or (kind is not None and not issubclass(kind, asyncio.CancelledError)):
             return False
         with contextlib.suppress(asyncio.CancelledError):

@@ -10,6 +10,7 @@ carry none, and the scores of tasks whose evaluation samples (MLGym's games) are
 from __future__ import annotations
 
 import math
+import signal
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,7 @@ from openai import AsyncOpenAI
 
 from air.env.trajectories import TrajectoryError, TrajectoryRecord
 from air.env.trajectory_reader import load_trajectory, recorded_commands, recorded_scores
+from air.runs.interruption import GracefulInterrupt, Terminated
 from air.runs.replay_checkout import checkout_differences
 from air.sandbox.errors import SandboxesUnavailable
 
@@ -46,7 +48,8 @@ async def replay_trajectory(
     tolerance: float | None = None,
     save_dir: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Replay ``path``; returns {task, commands, recorded, replayed, matches, reproduced, notes, ...}."""
+    """Replay ``path``; returns {task, commands, recorded, replayed, matches, reproduced, notes, ...}.
+    SIGTERM during the rollout cancels it as Ctrl-C does (its container removed), then raises Terminated."""
     from air.inference.server import PolicyServer
     from air.policies.scripted import ScriptPolicy
 
@@ -65,11 +68,15 @@ async def replay_trajectory(
         with PolicyServer(ScriptPolicy(commands), model_name="replay") as server:
             client = AsyncOpenAI(base_url=server.base_url, api_key="replay", max_retries=0)
             try:
-                outputs = await env.run_group([row], client, "replay", {}, state_columns=["trajectory_path"])
+                async with GracefulInterrupt(getattr(env, "core", None), signal.SIGTERM) as stop:
+                    outputs = await env.run_group([row], client, "replay", {}, state_columns=["trajectory_path"])
+                await stop.settle()  # the rollout cut short has removed its container
             except SandboxesUnavailable as exc:
                 raise ReplayError(str(exc)) from exc
             finally:
                 await client.close()
+        if stop.interrupted:
+            raise Terminated("the replay was stopped (SIGTERM) before it ended; its container is removed")
         output = dict(outputs[0])
         if output.get("error"):
             raise ReplayError(f"the replay rollout failed: {output['error']}")
