@@ -62,7 +62,7 @@ def _say_no_quota(driver: str, engine_id: str) -> None:
     if first_notice(engine_id):
         log.warning(
             "no disk quota for sandboxes on this Docker engine (%s): their disk use is watched instead "
-            "(said once per engine; README, The sandbox, says how to get one)",
+            "(said once per engine; docs/sandbox.md#disk-quota says how to get one)",
             driver,
         )
     log.info(

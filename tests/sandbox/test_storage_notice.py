@@ -45,6 +45,23 @@ def test_the_marker_lives_in_the_users_cache(tmp_path: Path, monkeypatch: pytest
     assert notice_marker("X") == tmp_path / "tests" / "engines" / "X.no-disk-quota"
 
 
+def test_the_warning_points_at_a_heading_that_says_how_to_get_a_quota(caplog: pytest.LogCaptureFixture) -> None:
+    import re
+
+    from air.sandbox.storage import _say_no_quota
+    from tests.test_readme_quickstart import ROOT, anchors
+
+    with caplog.at_level("WARNING", logger="air.sandbox.storage"):
+        _say_no_quota("overlay2 on extfs", "")  # an engine without an ID: said every time, nothing remembered
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    pointer = re.search(r"said once per engine; (docs/[\w/.-]+\.md)#([\w-]+) says how to get one", warning)
+    assert pointer, warning
+    page, anchor = ROOT / pointer.group(1), pointer.group(2)
+    assert page.is_file() and anchor in anchors(page), f"{pointer.group(0)}: no such page or heading"
+    section = page.read_text().partition("\n## Disk quota\n")[2].partition("\n## ")[0]
+    assert "pquota" in section and "--storage-driver btrfs" in section  # the way to a quota is there
+
+
 def test_first_notice_is_true_once_per_engine(tmp_path: Path) -> None:
     from air.sandbox.storage import first_notice
 
