@@ -3,6 +3,10 @@
     uv run python benchmarks/sandbox.py [--json] [--commands 500] [--image TAG]
 
 Targets (issue 2): overhead median <= 2 ms; warm acquire <= 50 ms; cold ready <= 1.5 s.
+``first_acquire``: an acquire right after a pool of 4 opens, before any container of it is ready: it starts
+its own container, beside the pool's four warming ones (issue 42), so it costs a cold start under contention.
+``refilling_acquire``: warm acquires made back to back, while the pool starts the replacements of the ones
+before (each acquire starts one): the shell check then competes with those starts.
 """
 
 from __future__ import annotations
@@ -62,6 +66,37 @@ async def warm_acquire(config: SandboxConfig, n: int) -> list[float]:
     return times
 
 
+async def first_acquire(config: SandboxConfig, n: int) -> tuple[list[float], list[float]]:
+    """(seconds to open a pool of 4, seconds for the acquire made at once after it), each of ``n`` fresh pools."""
+    opens, firsts = [], []
+    for _ in range(n):
+        start = time.perf_counter()
+        async with SandboxPool(config, size=4) as pool:
+            opened = time.perf_counter()
+            sandbox = await pool.acquire()
+            firsts.append(time.perf_counter() - opened)
+            opens.append(opened - start)
+            pool.release(sandbox)
+            await pool.wait_ready(timeout=120)  # the next pool's start is not slowed by this one's warming
+    return opens, firsts
+
+
+async def refilling_acquire(config: SandboxConfig, rounds: int) -> list[float]:
+    """Milliseconds of the 2nd to 4th of four acquires made back to back from a full pool of 4, ``rounds`` times."""
+    times = []
+    async with SandboxPool(config, size=4) as pool:
+        for _ in range(rounds):
+            await pool.wait_ready(timeout=120)
+            taken = [await pool.acquire()]  # the pool idle: warm as warm_acquire times it
+            for _ in range(3):
+                start = time.perf_counter()
+                taken.append(await pool.acquire())
+                times.append((time.perf_counter() - start) * 1000)
+            for sandbox in taken:
+                pool.release(sandbox)
+    return times
+
+
 async def concurrent_throughput(config: SandboxConfig, sessions: int, seconds: float) -> float:
     sandboxes = await asyncio.gather(*(Sandbox.create(config) for _ in range(sessions)))
     try:
@@ -85,6 +120,8 @@ async def main_async(args: argparse.Namespace) -> dict:
     overhead = await command_overhead(config, args.commands)
     cold = await cold_ready(config, args.cold)
     warm = await warm_acquire(config, args.warm)
+    opens, firsts = await first_acquire(config, args.first)
+    refilling = await refilling_acquire(config, args.first)
     throughput = await concurrent_throughput(config, 16, args.seconds)
     return {
         "image": config.resolved_image(),
@@ -95,6 +132,11 @@ async def main_async(args: argparse.Namespace) -> dict:
         "warm_acquire_ms_max": round(max(warm), 2),
         "cold_ready_s": round(statistics.median(cold), 3),
         "cold_ready_s_max": round(max(cold), 3),
+        "pool_open_s": round(statistics.median(opens), 3),
+        "first_acquire_s": round(statistics.median(firsts), 3),
+        "first_acquire_s_max": round(max(firsts), 3),
+        "refilling_acquire_ms": round(statistics.median(refilling), 2),
+        "refilling_acquire_ms_max": round(max(refilling), 2),
         "concurrent_sessions": 16,
         "concurrent_commands_per_s": round(throughput, 1),
     }
@@ -106,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commands", type=int, default=500, help="commands timed for the overhead")
     parser.add_argument("--cold", type=int, default=5, help="cold starts timed")
     parser.add_argument("--warm", type=int, default=10, help="warm acquisitions timed")
+    parser.add_argument("--first", type=int, default=3, help="first_acquire pools, refilling rounds")
     parser.add_argument("--seconds", type=float, default=5.0, help="duration of the concurrent run")
     parser.add_argument("--image", help="image to use (default: the recipe's tag, or $AIR_IMAGE)")
     args = parser.parse_args(argv)

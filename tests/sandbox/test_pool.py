@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import docker
 import pytest
 
-from air.sandbox.config import LABEL_HOST, LABEL_PID, SandboxConfig
+from air.sandbox.config import LABEL_HOST, LABEL_PID, LABEL_RUN, SandboxConfig
 from air.sandbox.pool import SandboxPool
 from air.sandbox.removal import reap_orphans
 from tests.containers import existing
@@ -86,6 +86,25 @@ def _wait_gone(ids: list[str], timeout: float = 120) -> set[str]:
     while _existing(ids) and time.monotonic() < deadline:
         time.sleep(0.2)
     return _existing(ids)
+
+
+async def test_an_acquire_right_after_the_pool_opens_starts_its_own_container(sandbox_config: SandboxConfig) -> None:
+    # docs/sandbox.md: opening waits for no container, and an acquire with none ready starts one at once, beside
+    # the pool's warming ones (a cold start under their contention), rather than waiting for a warm one.
+    config = sandbox_config.model_copy(update={"run_id": f"pytest-first-{uuid.uuid4().hex[:8]}"})
+    async with SandboxPool(config, size=2) as pool:
+        assert pool.ready_count == 0
+        sandbox = await pool.acquire()
+        try:
+            await pool.wait_ready()
+            client = docker.from_env()
+            try:
+                ours = {c.id for c in client.containers.list(filters={"label": f"{LABEL_RUN}={config.run_id}"})}
+            finally:
+                client.close()
+            assert ours == {sandbox.id, *(sb.id for sb in pool._ready)} and len(ours) == 3  # its own + 2 warm
+        finally:
+            pool.release(sandbox)
 
 
 async def test_acquire_is_warm_and_release_destroys(sandbox_config: SandboxConfig) -> None:
