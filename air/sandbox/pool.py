@@ -1,6 +1,6 @@
 """Containers ready before they are needed, and a Docker engine that may go away.
 
-- ``acquire`` hands out a warm sandbox at once (after a sub-millisecond shell check) and starts a
+- ``acquire`` hands out a warm sandbox at once (after a shell check of about 1 ms) and starts a
   replacement in the background; with none ready it starts one cold.
 - ``release`` destroys a used sandbox in the background (``air.sandbox.removal``): containers are never
   reused, so no state leaks from one rollout into the next.
