@@ -184,7 +184,6 @@ def cmd_standalone(args: argparse.Namespace) -> int:
         except PolicySpecError as exc:
             raise CommandError(str(exc)) from exc
     _check_before_start(settings)
-    require_engine_for("air standalone")
     loggers = []
     if args.wandb:
         from air.runs.wandb_logging import WandbStepLogger, WandbUnavailable
@@ -264,8 +263,8 @@ def _check_before_start(settings: StandaloneSettings) -> None:
 
 
 def _claim_folder_and_probe_endpoint(settings: StandaloneSettings) -> RunFolder:
-    """The run's folder, claimed and found writable with room left; then the model endpoint asked once.
-    Either failing is one line before any container starts, and leaves no folder behind."""
+    """The run's folder, claimed and found writable with room left; then the model endpoint asked once; then
+    the Docker engine. Any failing is one line before any container starts, and leaves no folder behind."""
     import os
 
     from air.runs.endpoint_probe import EndpointError, probe_endpoint
@@ -283,6 +282,12 @@ def _claim_folder_and_probe_endpoint(settings: StandaloneSettings) -> RunFolder:
         except EndpointError as exc:
             folder.discard()
             raise CommandError(str(exc)) from None
+    if settings.env != "simple_env":  # its rollouts run in containers: no engine is one line now, not a wait
+        try:
+            require_engine_for("air standalone")
+        except CommandError:
+            folder.discard()
+            raise
     return folder
 
 
