@@ -77,10 +77,14 @@ def air_parse_problem(line: str) -> str | None:
 
 
 @contextlib.contextmanager
-def policy_server_banner() -> Iterator[list[str]]:
-    """``air policy-server --port 0`` of this environment started, its banner's lines until "Press Ctrl-C"."""
-    command = [sys.executable, "-m", "air.run_training", "policy-server", "--port", "0", "--policy", "noisy"]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO)
+def policy_server_banner(
+    command: list[str] | None = None, env: dict[str, str] | None = None, cwd: Path = REPO
+) -> Iterator[list[str]]:
+    """``air policy-server --port 0`` (this environment's, or ``command``) started, its banner's lines until
+    "Press Ctrl-C"; stopped with Ctrl-C after."""
+    if command is None:
+        command = [sys.executable, "-m", "air.run_training", "policy-server", "--port", "0", "--policy", "noisy"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd)
     try:
         lines: list[str] = []
         while not lines or not lines[-1].startswith("Press Ctrl-C"):

@@ -17,9 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shutil
-import signal
 import subprocess
 import sys
 import tomllib
@@ -31,6 +29,7 @@ import docker
 import pytest
 
 from air.sandbox.config import LABEL_RUN
+from tests.printed_hints import banner_url_and_model, policy_server_banner
 
 REPO = Path(__file__).resolve().parents[2]
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
@@ -122,23 +121,8 @@ def _clean_env(venv: Path, tmp_path: Path) -> dict[str, str]:
 def _policy_server(venv: Path, env: dict[str, str], cwd: Path) -> Iterator[tuple[str, str]]:
     """`air policy-server --port 0` of the venv; its banner's URL and model name."""
     command = [str(venv / "bin" / "air"), "policy-server", "--policy", "improve", "--port", "0"]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd)
-    try:
-        lines: list[str] = []
-        while not lines or not lines[-1].startswith("Press Ctrl-C"):
-            line = process.stdout.readline()
-            assert line, f"the policy server exited early: {lines}"
-            lines.append(line.strip())
-        match = re.search(r"as model '([^']+)' at (http://127\.0\.0\.1:\d+/v1)", lines[0])
-        assert match, lines
-        yield match.group(2), match.group(1)
-    finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.communicate()
+    with policy_server_banner(command, env=env, cwd=cwd) as lines:
+        yield banner_url_and_model(lines)
 
 
 # Run by the venv's python in the work folder: where the env comes from and what it resolves there.
