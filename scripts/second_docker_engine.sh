@@ -74,7 +74,19 @@ stop)
         for _ in $(seq 30); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
         kill -9 "$pid" 2>/dev/null || true
     fi
-    [[ -f "$dir/exec-root" ]] && rm -rf "$(cat "$dir/exec-root")" "$dir/exec-root"
+    if [[ -f "$dir/exec-root" ]]; then
+        exec_root=$(cat "$dir/exec-root")
+        # A container's network namespace file (exec-root/netns/ID, an nsfs mount) can outlive a dockerd
+        # stopped mid-clean-up: rm then fails with "Device or resource busy". Unmount what is left, deepest
+        # first, then remove.
+        for _ in 1 2 3; do
+            awk -v root="$exec_root/" 'index($5, root) == 1 {print $5}' /proc/self/mountinfo | sort -r |
+                while read -r mount; do umount "$mount" 2>/dev/null || umount -l "$mount" 2>/dev/null || true; done
+            rm -rf "$exec_root" 2>/dev/null && break
+            sleep 1
+        done
+        rm -rf "$exec_root" "$dir/exec-root"
+    fi
     if mountpoint -q "$dir/data"; then
         umount "$dir/data" || umount -l "$dir/data"  # a btrfs data root (--btrfs); its loop device goes with it
         rm -f "$dir/btrfs.img"
