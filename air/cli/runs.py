@@ -241,17 +241,6 @@ def cmd_standalone(args: argparse.Namespace) -> int:
     return 0 if summary["masked"] < summary["rollouts"] else 1
 
 
-def require_engine_for(command: str) -> None:
-    """No Docker engine: one line at once (the pool would otherwise wait engine_wait_s for it to come back)."""
-    from air.sandbox.engine import require_engine
-    from air.sandbox.errors import EngineAbsent
-
-    try:
-        require_engine()
-    except EngineAbsent as exc:
-        raise CommandError(f"{command}: {exc}") from None
-
-
 def _check_before_start(settings: StandaloneSettings) -> None:
     """The env id, its arguments and the task names, checked without the env's stack: a typo in seconds."""
     from air.runs.standalone_checks import StandaloneCheckError, check_before_start
@@ -283,11 +272,14 @@ def _claim_folder_and_probe_endpoint(settings: StandaloneSettings) -> RunFolder:
             folder.discard()
             raise CommandError(str(exc)) from None
     if settings.env != "simple_env":  # its rollouts run in containers: no engine is one line now, not a wait
+        from air.sandbox.engine import require_engine  # the docker SDK: only once the cheap checks passed
+        from air.sandbox.errors import EngineAbsent
+
         try:
-            require_engine_for("air standalone")
-        except CommandError:
+            require_engine()
+        except EngineAbsent as exc:
             folder.discard()
-            raise
+            raise CommandError(f"air standalone: {exc}") from None
     return folder
 
 

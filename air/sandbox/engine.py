@@ -49,7 +49,8 @@ def engine_answers(timeout: float = 5.0) -> bool:
 
 
 def require_engine(timeout: float = 5.0) -> None:
-    """For a command that starts containers: no engine is one line at once, before any folder or server."""
+    """EngineAbsent (the address and the fix) at once when no engine answers: for a command before it makes a
+    folder, and for a pool before its first container (an engine lost later is the pool's to wait for)."""
     from air.sandbox.errors import EngineAbsent
 
     if not engine_answers(timeout):

@@ -23,9 +23,8 @@ from typing import Any
 
 from air.sandbox.config import SandboxConfig
 from air.sandbox.container import Sandbox, docker_client, require_image, reset_docker_client
-from air.sandbox.engine import DOCKER_ERRORS, absent_message, engine_address, engine_answers, unreachable_message
+from air.sandbox.engine import DOCKER_ERRORS, engine_address, engine_answers, require_engine, unreachable_message
 from air.sandbox.errors import (
-    EngineAbsent,
     EngineGone,
     EngineUnreachable,
     SandboxDied,
@@ -77,10 +76,9 @@ class SandboxPool:
         """Reap what dead runs left, install exit handlers, and begin filling the pool."""
         async with self._start_lock:  # rollouts acquire concurrently: all wait for the one start
             if not self._started:
-                if not await asyncio.to_thread(engine_answers):
-                    # Never answered: one line now, not engine_wait_s (minutes) of waiting for an engine
-                    # that was never there. An engine lost later is waited for (_lose_engine).
-                    raise EngineAbsent(absent_message())
+                # Never answered: EngineAbsent now, not engine_wait_s (minutes) of waiting for an engine that
+                # was never there. An engine lost later is waited for (_lose_engine).
+                await asyncio.to_thread(require_engine)
                 install_exit_handlers()
                 try:
                     await asyncio.to_thread(reap_orphans)
