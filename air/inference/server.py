@@ -31,6 +31,8 @@ from pydantic import ValidationError
 
 from air.inference.chat_schema import ChatRequest
 from air.inference.openai_errors import describe_validation_error, error_body
+from air.inference.sampled_api import Sampler
+from air.inference.served_model import ModelPolicy, is_model_spec, model_dir_for
 from air.inference.vllm_api import VllmSampling, VllmSide
 from air.policies.scripted import Policy, make_policy
 
@@ -117,20 +119,30 @@ class PolicyApp:
                 except ValidationError as exc:
                     message, param = describe_validation_error(exc)
                     return JSONResponse(error_body(message, param=param), status_code=400)
-            try:
-                replies = [self.policy.respond(messages, self.request_rng(body, messages, i)) for i in range(body.n)]
-            except Exception as exc:  # a policy bug must answer as a server error, not kill the connection
-                message = f"policy {self.policy_name!r} failed: {type(exc).__name__}: {exc}"
-                return JSONResponse(error_body(message, kind="server_error"), status_code=500)
-            self.requests_served += 1
-            if sampling is not None and not body.stream:
-                return await self.vllm.completion_response(sampling, body.model, messages, replies)
+            if sampling is not None and self.vllm.sampler is not None:  # the model writes the replies
+                sampled = await self.vllm.sampler.chat(self.vllm, sampling, body.model, messages, body.n)
+                if not isinstance(sampled, list):
+                    return sampled  # the request's error
+                self.requests_served += 1
+                if not body.stream:
+                    return self.vllm.completion_json(sampling, body.model, sampled)
+                replies, usage = [one.text for one in sampled], self.vllm.usage(sampled)
+            else:
+                try:
+                    rngs = [self.request_rng(body, messages, i) for i in range(body.n)]
+                    replies = [self.policy.respond(messages, rng) for rng in rngs]
+                except Exception as exc:  # a policy bug must answer as a server error, not kill the connection
+                    message = f"policy {self.policy_name!r} failed: {type(exc).__name__}: {exc}"
+                    return JSONResponse(error_body(message, kind="server_error"), status_code=500)
+                self.requests_served += 1
+                if sampling is not None and not body.stream:
+                    return await self.vllm.completion_response(sampling, body.model, messages, replies)
+                usage = {
+                    "prompt_tokens": sum(rough_tokens(m["content"]) + 4 for m in messages),
+                    "completion_tokens": sum(rough_tokens(r) for r in replies),
+                }
             completion_id = f"chatcmpl-{uuid.uuid4().hex}"
             created = int(time.time())
-            usage = {
-                "prompt_tokens": sum(rough_tokens(m["content"]) + 4 for m in messages),
-                "completion_tokens": sum(rough_tokens(r) for r in replies),
-            }
             usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
             if body.stream:
                 include_usage = bool(body.stream_options and body.stream_options.include_usage)
@@ -247,14 +259,25 @@ class PolicyServer:
         """``vllm_model``: a model directory (``air tiny-model`` writes one); the server then answers like
         vLLM serving it (token ids, logprobs, admin routes; with ``load_broadcasts`` the weight routes load
         what they name) and its name defaults to the directory's path, as vLLM names it."""
-        self.policy = make_policy(policy) if isinstance(policy, str) else policy
+        samples = is_model_spec(policy)  # the model writes the replies (smollm2, model:DIR)
+        if samples:
+            vllm_model = vllm_model or model_dir_for(str(policy))
+            self.policy: Policy = ModelPolicy(str(policy))
+        else:
+            self.policy = make_policy(policy) if isinstance(policy, str) else policy
         spec = policy if isinstance(policy, str) else policy_name(self.policy)
         vllm = None
         if vllm_model is not None:
             from air.inference.token_scorer import TokenScorer  # torch: only when asked for
 
             model_name = model_name or str(vllm_model)
-            vllm = VllmSide(TokenScorer(vllm_model, max_model_len), model_name, load_broadcasts)
+            scorer = TokenScorer(vllm_model, max_model_len)
+            sampler = None
+            if samples:
+                from air.inference.generation_engine import GenerationEngine
+
+                sampler = Sampler(GenerationEngine(scorer, seed))
+            vllm = VllmSide(scorer, model_name, load_broadcasts, sampler)
         self.model_name = model_name or f"scripted-{spec}"
         self.host = host
         self.port = port
@@ -322,6 +345,8 @@ class PolicyServer:
             self._server.should_exit = True
         if self._thread is not None:
             self._thread.join(timeout=10)
+        if self.app.vllm is not None and self.app.vllm.sampler is not None:
+            self.app.vllm.sampler.engine.close()
         if self._socket is not None:
             self._socket.close()
         self._server = self._thread = self._socket = None
@@ -352,8 +377,11 @@ def serve_forever(
     """Serve ``spec`` until Ctrl-C, printing its URL and ``hints(url, model)``: clients' command lines."""
     server = PolicyServer(spec, host=host, port=port, seed=seed, log_level="info", vllm_model=vllm_model).start()
     url, model = server.base_url, server.model_name
-    like = f", answering like vLLM serving {vllm_model}" if vllm_model else ""
-    print(f"Serving scripted policy {spec!r} as model {model!r} at {url}{like}")
+    if is_model_spec(spec):
+        print(f"Serving {spec} (its own samples, like vLLM) as model {model!r} at {url}")
+    else:
+        like = f", answering like vLLM serving {vllm_model}" if vllm_model else ""
+        print(f"Serving scripted policy {spec!r} as model {model!r} at {url}{like}")
     if lines := hints(url, model) if hints else []:
         print("Point a client at it, e.g.:", *lines, sep="\n  ")
     print("Press Ctrl-C to stop.", flush=True)

@@ -31,6 +31,8 @@ class ScoredCompletion:
     tokens: list[str]  # each token as text (vLLM's logprobs.content[i].token)
     text: str  # the completion decoded from token_ids without special tokens, as vLLM returns it
     finish_reason: str  # "stop" (ended with the end-of-turn token) or "length" (cut at max_tokens)
+    stop_reason: str | int | None = None  # the stop string or stop token id that ended it (vLLM's field)
+    top_logprobs: list[list[tuple[str, int, float]]] | None = None  # per token: its best alternatives
 
 
 class TokenScorer:
@@ -55,7 +57,7 @@ class TokenScorer:
         self.eos_id = self.tokenizer.convert_tokens_to_ids(EOS_TOKEN)
         if self.eos_id is None or self.eos_id == self.tokenizer.unk_token_id:
             self.eos_id = self.tokenizer.eos_token_id
-        self._lock = threading.Lock()  # one forward pass at a time: the CPU is shared with the rollouts
+        self.forward_lock = threading.Lock()  # one forward pass at a time: the CPU is shared with the rollouts
         self.adapters: dict[str, Any] = {}  # LoRA name -> the base model with that adapter merged in
 
     # ------------------------------------------------------------------ loaded updates
@@ -65,20 +67,20 @@ class TokenScorer:
         raises :class:`air.inference.broadcast_loading.BroadcastLoadError` when it does not fit."""
         from air.inference.broadcast_loading import with_lora_adapter
 
-        with self._lock:
+        with self.forward_lock:
             base = self.model
         updated = with_lora_adapter(base, adapter_dir)
-        with self._lock:
+        with self.forward_lock:
             self.adapters[name] = updated
 
     def load_weights(self, weight_dir: str | Path) -> None:
         """Replace the served weights with the full weights in ``weight_dir`` (vLLM's weight update)."""
         from air.inference.broadcast_loading import with_full_weights
 
-        with self._lock:
+        with self.forward_lock:
             base = self.model
         updated = with_full_weights(base, weight_dir)
-        with self._lock:
+        with self.forward_lock:
             self.model = updated
 
     def model_for(self, name: str | None):
@@ -111,10 +113,7 @@ class TokenScorer:
     ) -> ScoredCompletion:
         """The reply as vLLM would have returned it after ``prompt_ids``, scored by the model."""
         if len(prompt_ids) >= self.max_model_len:
-            raise PromptTooLong(
-                f"This model's maximum context length is {self.max_model_len} tokens. However, your request "
-                f"has {len(prompt_ids)} input tokens. Please reduce the length of the input messages."
-            )
+            raise PromptTooLong(too_long_message(self.max_model_len, len(prompt_ids)))
         room = self.max_model_len - len(prompt_ids)
         limit = room if max_tokens is None else min(max_tokens, room)
         ids = self.encode(reply) + [self.eos_id]
@@ -143,8 +142,16 @@ class TokenScorer:
             raise ValueError("a prompt of no tokens has nothing to predict its first token from")
         scale = temperature if temperature and temperature > 0 else 1.0
         sequence = [*prompt_ids, *completion_ids]
-        with self._lock:
+        with self.forward_lock:
             return next_token_logprobs(self.model_for(model), sequence, range(len(prompt_ids), len(sequence)), scale)
+
+
+def too_long_message(max_model_len: int, prompt_tokens: int) -> str:
+    """vLLM's wording (verifiers maps it to ``prompt_too_long``)."""
+    return (
+        f"This model's maximum context length is {max_model_len} tokens. However, your request "
+        f"has {prompt_tokens} input tokens. Please reduce the length of the input messages."
+    )
 
 
 def next_token_logprobs(model, token_ids: list[int], positions, temperature: float = 1.0) -> list[float]:

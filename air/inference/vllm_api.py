@@ -47,8 +47,9 @@ CHATML_TURN = re.compile(r"<\|im_start\|>(\w+)\n(.*?)<\|im_end\|>", re.DOTALL)
 
 
 class VllmSampling(BaseModel):
-    """The fields of a chat request that change a vLLM answer here; the rest are ignored as by vLLM's
-    scripted double (top_p, top_k, min_p, repetition_penalty: the text is scripted)."""
+    """The fields of a request that change a vLLM answer here. A scripted policy's text ignores the
+    sampling knobs (only logprobs are scaled by the temperature); a served model that samples
+    (:mod:`air.inference.sampled_api`) follows them and refuses the ones it does not implement."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -56,9 +57,24 @@ class VllmSampling(BaseModel):
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
     logprobs: bool | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
     return_token_ids: bool | None = None
     return_tokens_as_token_ids: bool | None = None
     tokens: list[int] | None = None  # /v1/chat/completions/tokens: the prompt, already tokenized
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    top_k: int | None = Field(default=None, ge=-1)
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
+    ignore_eos: bool = False
+    include_stop_str_in_output: bool = False
+    seed: int | None = None
+    # Knobs a sampling model here does not implement: refused there unless neutral.
+    min_p: float | None = None
+    min_tokens: int | None = None
+    repetition_penalty: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
 
     @property
     def token_limit(self) -> int | None:
@@ -98,10 +114,13 @@ class WeightUpdate:
 class VllmSide:
     """The served model's name, the LoRA adapters loaded so far, and what the admin routes were asked."""
 
-    def __init__(self, scorer: TokenScorer, model_name: str, load_broadcasts: bool = False) -> None:
+    def __init__(
+        self, scorer: TokenScorer, model_name: str, load_broadcasts: bool = False, sampler: Any = None
+    ) -> None:
         self.scorer = scorer
         self.model_name = model_name
         self.load_broadcasts = load_broadcasts
+        self.sampler = sampler  # when the model writes the replies (air.inference.sampled_api.Sampler)
         self.adapters: dict[str, str] = {}  # LoRA name -> path it was loaded from
         self.weight_updates: list[WeightUpdate] = []
         self._lock = threading.Lock()
@@ -136,9 +155,14 @@ class VllmSide:
                         "token": f"token_id:{token_id}" if as_ids else text,
                         "logprob": logprob,
                         "bytes": list(text.encode()),
-                        "top_logprobs": [],
+                        "top_logprobs": [
+                            {"token": f"token_id:{i}" if as_ids else t, "logprob": v, "bytes": list(t.encode())}
+                            for t, i, v in (scored.top_logprobs[place] if scored.top_logprobs else [])
+                        ],
                     }
-                    for token_id, text, logprob in zip(scored.token_ids, scored.tokens, scored.logprobs, strict=True)
+                    for place, (token_id, text, logprob) in enumerate(
+                        zip(scored.token_ids, scored.tokens, scored.logprobs, strict=True)
+                    )
                 ]
             }
         return {
@@ -146,7 +170,7 @@ class VllmSide:
             "message": {"role": "assistant", "content": scored.text},
             "logprobs": logprobs,
             "finish_reason": scored.finish_reason,
-            "stop_reason": None,
+            "stop_reason": scored.stop_reason,
             "token_ids": scored.token_ids if sampling.return_token_ids else None,
         }
 
@@ -168,6 +192,9 @@ class VllmSide:
         sampling = VllmSampling.model_validate(request.sampling_params)
         temperature = 1.0 if sampling.temperature is None else sampling.temperature
         scored = self.scorer.complete(request.token_ids, reply, sampling.token_limit, temperature, request.model)
+        return self.generate_answer(scored)
+
+    def generate_answer(self, scored: ScoredCompletion) -> dict[str, Any]:
         content = [
             {"token": f"token_id:{token_id}", "logprob": logprob}
             for token_id, logprob in zip(scored.token_ids, scored.logprobs, strict=True)
@@ -266,6 +293,11 @@ class VllmSide:
             scored = await run_in_threadpool(self.score, messages, replies, sampling, model)
         except PromptTooLong as exc:
             return JSONResponse(error_body(str(exc), kind="BadRequestError"), status_code=400)
+        return self.completion_json(sampling, model, scored)
+
+    def completion_json(self, sampling: VllmSampling, model: str, scored: list[ScoredCompletion]):
+        from starlette.responses import JSONResponse
+
         return JSONResponse(
             {
                 "id": f"chatcmpl-{uuid.uuid4().hex}",
@@ -289,13 +321,15 @@ class VllmSide:
         async def generate(request: Request) -> JSONResponse:
             try:
                 body = GenerateRequest.model_validate_json(await request.body())
-                VllmSampling.model_validate(body.sampling_params)
+                sampling = VllmSampling.model_validate(body.sampling_params)
             except ValidationError as exc:
                 message, param = describe_validation_error(exc)
                 return JSONResponse(error_body(message, param=param), status_code=400)
             unknown = self.unknown_model(body.model)
             if unknown:
                 return JSONResponse(error_body(unknown, kind="NotFoundError", param="model"), status_code=404)
+            if self.sampler is not None:
+                return await self.sampler.generate(self, body, sampling)
             messages = await run_in_threadpool(self.messages_of, body.token_ids)
             try:
                 reply = respond(messages)

@@ -150,9 +150,9 @@ async def _run_steps(
     server = None
     if settings.base_url is None:
         from air.inference.server import PolicyServer
-        from air.policies.scripted import make_policy
 
-        server = PolicyServer(make_policy(settings.policy), seed=settings.seed, vllm_model=settings.vllm_model)
+        # A spec: a scripted agent, or a model that samples its replies (smollm2, model:DIR).
+        server = PolicyServer(settings.policy, seed=settings.seed, vllm_model=settings.vllm_model)
         server.start()
         base_url, model, api_key = server.base_url, server.model_name, "scripted"
     else:
