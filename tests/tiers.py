@@ -22,6 +22,13 @@ SLOW_TESTS: frozenset[str] = frozenset(
         "tests/env/test_time_limits.py::test_the_rollout_time_limit_cuts_a_command_and_ends_the_episode",
         "tests/fleet/test_slurm_cluster.py",  # each test pays for a cluster's start and stop (5 s and more)
         "tests/inference/test_policy_server.py::test_an_idle_connection_outlives_the_clients_pool_expiry",
+        # The session's SmolLM2 (download and conversion, 25 s) is paid by whichever of these runs first.
+        "tests/inference/test_smollm2_prepare.py::test_a_damaged_file_is_found_and_the_folder_rewritten",
+        "tests/inference/test_smollm2_prepare.py::test_a_second_prepare_reuses_the_folder_without_the_index",
+        "tests/inference/test_smollm2_prepare.py::test_an_installed_package_then_the_cached_wheel_are_found_without_the_index",
+        "tests/inference/test_smollm2_prepare.py::test_the_command_prints_the_folder_its_time_its_disk_and_what_to_run",
+        "tests/inference/test_smollm2_prepare.py::test_the_folder_loads_with_plain_transformers_as_the_instruct_model",
+        "tests/inference/test_smollm2_prepare.py::test_the_manifest_records_the_source_and_every_file",
         "tests/packaging/test_wheel_install.py::test_classic_vf_eval_runs_air_mlgym_from_the_installed_wheel",
         "tests/packaging/test_wheel_install.py::test_v1_vf_eval_runs_air_mlgym_from_the_installed_wheel",
         "tests/runs/test_demo.py::test_every_task_gets_one_status",

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 
 from air.cli.errors import CommandError
 from air.cli.fleet import register_fleet
+from air.cli.models import register_smollm2
 from air.cli.rehearse import register_rehearse
 from air.cli.replay import register_replay
 from air.cli.runs import register_policy_server, register_standalone, register_tiny_model
@@ -29,6 +30,7 @@ _REGISTRARS: list[Callable[[argparse._SubParsersAction], None]] = [
     register_standalone,
     register_policy_server,
     register_tiny_model,
+    register_smollm2,
     register_replay,
     register_view,
     register_check,
