@@ -45,7 +45,8 @@ def register_policy_server(subparsers: argparse._SubParsersAction) -> None:
 
 def cmd_policy_server(args: argparse.Namespace) -> int:
     """Serve a scripted policy on an OpenAI-compatible /v1/chat/completions endpoint, so vf-eval or `air
-    standalone` can run episodes without model weights. Serves until Ctrl-C."""
+    standalone` can run episodes without model weights; or, with --policy smollm2 (or model:DIR), a real
+    model on this CPU that samples its own replies, answering like vLLM. Serves until Ctrl-C."""
     from air.cli.hints import policy_server_hints
 
     try:
@@ -168,7 +169,8 @@ def parse_env_arg(item: str) -> tuple[str, Any]:
 def cmd_standalone(args: argparse.Namespace) -> int:
     """Run steps of groups of rollouts of the env, as prime-rl's orchestrator would, and compute what its
     trainer would see (GRPO advantages, reward statistics). The agent is a scripted policy behind a real
-    OpenAI-compatible server on loopback, or any endpoint (--base-url). Writes trajectories/, steps.jsonl,
+    OpenAI-compatible server on loopback, a real model sampling on this CPU (--policy smollm2), or any
+    endpoint (--base-url). Writes trajectories/, steps.jsonl,
     summary.json and run.log into the run's folder, printed at the start. Exit status: 0 when every step
     ran and some rollout was not masked, 1 otherwise, 130 on Ctrl-C."""
     from pydantic import ValidationError

@@ -76,9 +76,15 @@ async def sample_chat(side: VllmSide, sampling: VllmSampling, model: str, messag
             turn = sum(message.get("role") == "assistant" for message in messages)
             params = replace(params, seed=sequence_seed(params.seed, turn))
     try:
-        return await side.sampler.engine.generate(prompt_ids, params, model, n)
+        samples = await side.sampler.engine.generate(prompt_ids, params, model, n)
     except PromptTooLong as exc:
         return JSONResponse(error_body(str(exc), kind="BadRequestError"), status_code=400)
+    except RuntimeError as exc:  # the engine failed or was closed under the request: a server error, said once
+        return JSONResponse(error_body(str(exc), kind="InternalServerError"), status_code=500)
+    if sampling.prompt_logprobs is not None:  # teacher-forced under the model the request names
+        scored = await run_in_threadpool(side.scorer.logprobs, prompt_ids[:1], prompt_ids[1:], 1.0, model)
+        samples[0] = replace(samples[0], prompt_logprobs=scored)
+    return samples
 
 
 async def sampled_generate(side: VllmSide, request: GenerateRequest, sampling: VllmSampling):

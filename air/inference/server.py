@@ -343,10 +343,10 @@ class PolicyServer:
     def stop(self) -> None:
         if self._server is not None:
             self._server.should_exit = True
+        if self.app.vllm is not None and self.app.vllm.sampler is not None:
+            self.app.vllm.sampler.engine.close()  # first: requests in flight answer 500 now, not at shutdown's end
         if self._thread is not None:
             self._thread.join(timeout=10)
-        if self.app.vllm is not None and self.app.vllm.sampler is not None:
-            self.app.vllm.sampler.engine.close()
         if self._socket is not None:
             self._socket.close()
         self._server = self._thread = self._socket = None

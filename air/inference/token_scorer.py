@@ -33,6 +33,7 @@ class ScoredCompletion:
     finish_reason: str  # "stop" (ended with the end-of-turn token) or "length" (cut at max_tokens)
     stop_reason: str | int | None = None  # the stop string or stop token id that ended it (vLLM's field)
     top_logprobs: list[list[tuple[str, int, float]]] | None = None  # per token: its best alternatives
+    prompt_logprobs: list[float] | None = None  # log p(prompt token | those before it), from the second on
 
 
 class TokenScorer:

@@ -1,26 +1,19 @@
 """What the policy server adds to answer like vLLM (``air policy-server --vllm MODEL_DIR``).
 
-prime-rl's orchestrator (c87c19b) and its pinned verifiers read token-level fields that only vLLM
-returns, and call vLLM's admin routes. This module holds those, next to the plain OpenAI surface in
-:mod:`air.inference.server`:
-
-- chat completions carry ``prompt_token_ids`` (top level) and ``choices[i].token_ids`` when the request
-  asks ``return_token_ids``, and ``choices[i].logprobs.content`` (one entry per completion token) when it
-  asks ``logprobs``: ids and logprobs from :class:`air.inference.token_scorer.TokenScorer`;
-- a model name that is neither the served model nor a loaded LoRA adapter gets vLLM's 404;
-- a prompt past the context gets vLLM's 400 wording, which verifiers maps to ``prompt_too_long``;
-- ``POST /tokenize`` (interleaved rollouts), ``POST /v1/chat/completions/tokens`` (prime-rl's route
-  for a prompt given as token ids);
-- ``POST /inference/v1/generate`` (today's prime-rl: token ids in, token ids and ``token_id:<id>``
-  logprobs out; the chat is rendered client-side, so the policy reads it back from the ChatML tokens);
+prime-rl's orchestrator and verifiers read token-level fields only vLLM returns and call its admin routes:
+- ``prompt_token_ids``, ``choices[i].token_ids`` (``return_token_ids``) and ``choices[i].logprobs.content``
+  (``logprobs``): for scripted text, ids and teacher-forced logprobs from
+  :class:`air.inference.token_scorer.TokenScorer`; a sampling model's own (:mod:`air.inference.sampled_api`);
+- vLLM's 404 for a model name neither served nor a loaded LoRA adapter, its 400 wording for a prompt past
+  the context (verifiers maps it to ``prompt_too_long``);
+- ``POST /tokenize``, ``POST /v1/chat/completions/tokens`` (a prompt given as token ids) and
+  ``POST /inference/v1/generate`` (today's prime-rl: token ids in and out; the scripted policy reads the
+  chat back from the ChatML tokens);
 - the weight routes (``/update_weights``, ``/reload_weights``, ``/load_lora_adapter``, vLLM's own
-  ``/v1/load_lora_adapter`` and ``/v1/unload_lora_adapter``, today's ``/pause`` and ``/resume``):
-  recorded in :attr:`VllmSide.weight_updates`. Scripted text does not depend on weights, so they are
-  only acknowledged, unless the side was made with ``load_broadcasts`` (``air rehearse`` with ``--trainer``):
-  then an adapter or full weights a real trainer published are loaded
-  (:mod:`air.inference.broadcast_loading`) and the logprobs of requests naming them come from the updated
-  model; a broadcast that does not load answers 500 and is recorded with its reason. ``GET /metrics``
-  answers in Prometheus' text format.
+  ``/v1/load_lora_adapter`` and ``/v1/unload_lora_adapter``, ``/pause``, ``/resume``), recorded in
+  :attr:`VllmSide.weight_updates`; with ``load_broadcasts`` (a rehearsal with ``--trainer``) the adapter or full
+  weights a trainer published are loaded (:mod:`air.inference.broadcast_loading`) and requests naming them
+  are served by the updated model; one that does not load answers 500 with its reason. ``GET /metrics``.
 """
 
 from __future__ import annotations
@@ -61,6 +54,7 @@ class VllmSampling(BaseModel):
     return_token_ids: bool | None = None
     return_tokens_as_token_ids: bool | None = None
     tokens: list[int] | None = None  # /v1/chat/completions/tokens: the prompt, already tokenized
+    prompt_logprobs: int | None = Field(default=None, ge=0)  # a sampling model: each prompt token's logprob
     top_p: float | None = Field(default=None, gt=0, le=1)
     top_k: int | None = Field(default=None, ge=-1)
     stop: str | list[str] | None = None
@@ -179,6 +173,14 @@ class VllmSide:
         prompt = len(scored[0].prompt_ids) if scored else 0
         completion = sum(len(s.token_ids) for s in scored)
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+    def prompt_logprobs(self, scored: ScoredCompletion) -> list[dict[str, Any] | None] | None:
+        """vLLM's ``prompt_logprobs``: nothing for the first token, then each token's own logprob."""
+        if scored.prompt_logprobs is None:
+            return None
+        ids = scored.prompt_ids[1:]
+        found = zip(ids, scored.prompt_logprobs, self.scorer.token_texts(ids), strict=True)
+        return [None, *({str(i): {"logprob": v, "rank": None, "decoded_token": t}} for i, v, t in found)]
 
     # ------------------------------------------------------------------ token in, token out
 
@@ -307,6 +309,7 @@ class VllmSide:
                 "choices": [self.choice(i, one, sampling) for i, one in enumerate(scored)],
                 "usage": self.usage(scored),
                 "prompt_token_ids": scored[0].prompt_ids if sampling.return_token_ids else None,
+                "prompt_logprobs": self.prompt_logprobs(scored[0]) if sampling.prompt_logprobs is not None else None,
             }
         )
 

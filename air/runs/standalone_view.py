@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from air.inference.served_model import is_model_spec
 from air.runs.run_folder import RUN_FILES
 from air.runs.standalone_settings import StandaloneSettings
 
@@ -40,7 +41,12 @@ class StandaloneProgress:
     def start(self) -> None:
         """The env loaded and the agent answers: say what runs where, and show the bar."""
         s = self.settings
-        who = s.base_url or f"scripted policy {s.policy!r}"
+        if s.base_url:
+            who = s.base_url
+        elif is_model_spec(s.policy):
+            who = f"{s.policy} on this CPU (its own samples)"
+        else:
+            who = f"scripted policy {s.policy!r}"
         self.console.print(
             f"[bold]air standalone[/]: {s.steps} steps x {s.batch_size} rollouts "
             f"(groups of {s.rollouts_per_example}) on {', '.join(s.tasks or [])} against {who}"
