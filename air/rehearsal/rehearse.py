@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from air.inference.served_model import is_model_spec, model_dir_for
+from air.inference.tiny_model import TinyModelError
 from air.rehearsal.checks import find_orchestrator_python, read_config
 from air.rehearsal.classic.generation import Classic
 from air.rehearsal.errors import RehearsalError
@@ -23,11 +25,41 @@ from air.rehearsal.launch import commit_of, new_output_folder, read, read_episod
 from air.rehearsal.live_trainer import PROBE, cpu_batch, derive_trainer_config, finish_trainer_run, trainer_device
 from air.rehearsal.report import RehearsalReport, report_from
 from air.rehearsal.settings import RehearsalSettings
-from air.rehearsal.trainer_report import TrainerRun
+from air.rehearsal.trainer_report import TrainerRun, served_sample
 from air.rehearsal.v1.generation import V1
 from air.training.config_v1 import detect_generation
 
 GENERATIONS: dict[str, Generation[Any]] = {"classic": Classic(), "v1": V1()}
+
+
+def served_model(settings: RehearsalSettings, say: Callable[[str, int, int], None]):
+    """The model folder the server serves: a model spec's (SmolLM2 prepared once), else the tiny model."""
+    if not is_model_spec(settings.policy):
+        return tiny_model(settings.model_dir, say)
+    if settings.model_dir is not None:
+        raise RehearsalError(f"--model names the tiny model's folder; --policy {settings.policy} brings its own")
+    say(settings.policy, 0, 1)
+    try:
+        folder = model_dir_for(settings.policy)
+    except TinyModelError as exc:
+        raise RehearsalError(str(exc)) from exc
+    say(settings.policy, 1, 1)
+    return folder
+
+
+def ask_served(server, updates: list[Any], trained: list[Any]):
+    """The first trained sample through the server under its model and the last adapter loaded (None
+    when nothing was trained or no adapter was loaded: full weights replace the served model in place)."""
+    import httpx
+
+    adapters = [u.body["lora_name"] for u in updates if u.loaded and isinstance(u.body.get("lora_name"), str)]
+    samples = sorted((s for s in trained if any(s.mask[1:])), key=lambda s: s.step)
+    if not adapters or not samples:
+        return None
+    try:
+        return served_sample(server.base_url, server.model_name, adapters[-1], samples[0].token_ids, samples[0].mask)
+    except httpx.HTTPError as exc:
+        raise RehearsalError(f"the server could not score the fixed sample: {exc}") from exc
 
 
 def rehearse(settings: RehearsalSettings, progress: Callable[[str, int, int], None] | None = None) -> RehearsalReport:
@@ -46,7 +78,7 @@ def rehearse(settings: RehearsalSettings, progress: Callable[[str, int, int], No
     generation.check(plan)
     run = TrainerRun(device=trainer_device(python, generation.name, root)) if settings.trainer else None
     out = new_output_folder(settings.output)
-    model_dir = tiny_model(settings.model_dir, say)
+    model_dir = served_model(settings, say)
     env_args = {"trajectory_dir": str(out / "trajectories"), "run_id": f"rehearse-{os.getpid()}"}
     rehearsal = Rehearsal(settings, python, out, model_dir, say, env_args)
     with PolicyServer(
@@ -77,11 +109,13 @@ def rehearse(settings: RehearsalSettings, progress: Callable[[str, int, int], No
         servers = generation.launch(rehearsal, plan, derived, trainer_config, server.weight_updates)
         elapsed = time.time() - started
         updates = list(server.weight_updates)
-    read_back = generation.read(rehearsal, plan, derived)
-    if run is None:  # the stand-in trainer's line per step
-        trainer = [json.loads(line) for line in read(out / "trainer.jsonl").splitlines() if line.strip()]
-    else:
-        trainer = finish_trainer_run(run, out / PROBE, derived.run_dir, model_dir, read_back.trained, updates)
+        read_back = generation.read(rehearsal, plan, derived)
+        if run is None:  # the stand-in trainer's line per step
+            trainer = [json.loads(line) for line in read(out / "trainer.jsonl").splitlines() if line.strip()]
+        else:
+            trainer = finish_trainer_run(run, out / PROBE, derived.run_dir, model_dir, read_back.trained, updates)
+            if is_model_spec(settings.policy):  # the server still runs: ask it, before and after
+                run.served_sample = ask_served(server, updates, read_back.trained)
     report = report_from(
         read_back.figures,
         trainer,

@@ -101,6 +101,12 @@ def show_trainer(run: TrainerRun, console: Console) -> None:
             f"Fixed sample (step {sample.step}, {sample.tokens} trained tokens), mean logprob: "
             f"{sample.logprob_before:.6f} before, {sample.logprob_after:.6f} after {sample.broadcast}"
         )
+    served = run.served_sample
+    if served is not None:
+        console.print(
+            f"The same sample through the server, mean logprob: {served.logprob_before:.6f} as {served.model_before}, "
+            f"{served.logprob_after:.6f} as {served.model_after} (the next rollouts' model)"
+        )
     if run.sizing:
         console.print(f"Sized for the CPU: {run.sizing}")
 

@@ -52,6 +52,17 @@ class FixedSample:
 
 
 @dataclass
+class ServedSample:
+    """The fixed sample's tokens sent to the running server (``prompt_logprobs``) under the served model
+    and under the last adapter the orchestrator loaded: what the next rollouts are sampled from."""
+
+    model_before: str
+    model_after: str
+    logprob_before: float
+    logprob_after: float
+
+
+@dataclass
 class TrainerRun:
     device: str
     sizing: str | None = None  # how the batch was cut for the CPU, when it was
@@ -61,6 +72,7 @@ class TrainerRun:
     broadcasts_loaded: list[str] = field(default_factory=list)
     broadcast_failures: list[str] = field(default_factory=list)  # each load that failed, with its reason
     fixed_sample: FixedSample | None = None
+    served_sample: ServedSample | None = None  # a model that samples: the same sample asked of the server
     steps_with_gradient: list[int] = field(default_factory=list)  # steps whose batch had a non-zero advantage
 
 
@@ -131,6 +143,32 @@ def fixed_sample(model_dir: Path, broadcast: Path, step: int, token_ids: list[in
     )
 
 
+def served_sample(base_url: str, served: str, adapter: str, token_ids: list[int], mask: list[bool]) -> ServedSample:
+    """The sample's mean logprob over its trained tokens, as the server computes it under ``served`` and
+    ``adapter`` (vLLM's ``prompt_logprobs`` on the token route); raises httpx.HTTPError when it cannot."""
+    import httpx
+
+    means = []
+    for model in (served, adapter):
+        answer = httpx.post(
+            f"{base_url}/chat/completions/tokens",
+            json={
+                "model": model,
+                "messages": [{"role": "user", "content": ""}],
+                "tokens": token_ids,
+                "max_tokens": 1,
+                "temperature": 0,
+                "prompt_logprobs": 0,
+            },
+            timeout=600,
+        )
+        answer.raise_for_status()
+        entries = answer.json()["prompt_logprobs"]
+        chosen = [next(iter(entries[i].values()))["logprob"] for i in range(1, len(token_ids)) if mask[i]]
+        means.append(sum(chosen) / len(chosen) if chosen else math.nan)
+    return ServedSample(served, adapter, means[0], means[1])
+
+
 def trainer_problems(run: TrainerRun, steps_requested: int) -> list[str]:
     """Why the trainer's run does not show learning, each with its step."""
     found = []
@@ -169,11 +207,13 @@ def trainer_problems(run: TrainerRun, steps_requested: int) -> list[str]:
 
 __all__ = [
     "FixedSample",
+    "ServedSample",
     "TrainerRun",
     "TrainerStep",
     "broadcast_loads",
     "fixed_sample",
     "latest_broadcast",
+    "served_sample",
     "read_steps",
     "trainer_problems",
 ]
