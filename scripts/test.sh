@@ -49,7 +49,7 @@ if [[ $named == 1 && $kept == 0 ]]; then
     echo "==> v1 front: no test of it named"
 else
     echo "==> v1 front (verifiers 0.4.0, .venv-v1): pytest ${v1_args[*]}"
-    UV_PROJECT_ENVIRONMENT=.venv-v1 run uv run --no-group classic --group dev --group v1 pytest "${v1_args[@]}"
+    UV_PROJECT_ENVIRONMENT=.venv-v1 run uv run --no-group classic --group dev --group v1 --extra tiny pytest "${v1_args[@]}"
     v1=$?
 fi
 [[ $classic == 0 && $v1 == 0 ]] || { echo "FAILED: classic suite exit $classic, v1 suite exit $v1" >&2; exit 1; }
