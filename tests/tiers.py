@@ -24,6 +24,7 @@ SLOW_TESTS: frozenset[str] = frozenset(
         "tests/inference/test_policy_server.py::test_an_idle_connection_outlives_the_clients_pool_expiry",
         # The session's SmolLM2 (download and conversion, 25 s) is paid by whichever of these runs first.
         "tests/inference/test_smollm2_serving.py",  # the real model on the CPU: about 2 min
+        "tests/v1/test_v1_smollm2.py",  # v1 vf-eval's episodes in containers, sampled by the real model
         "tests/inference/test_smollm2_prepare.py::test_a_damaged_file_is_found_and_the_folder_rewritten",
         "tests/inference/test_smollm2_prepare.py::test_a_second_prepare_reuses_the_folder_without_the_index",
         "tests/inference/test_smollm2_prepare.py::test_an_installed_package_then_the_cached_wheel_are_found_without_the_index",
