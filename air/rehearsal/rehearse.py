@@ -25,7 +25,7 @@ from air.rehearsal.launch import commit_of, new_output_folder, read, read_episod
 from air.rehearsal.live_trainer import PROBE, cpu_batch, derive_trainer_config, finish_trainer_run, trainer_device
 from air.rehearsal.report import RehearsalReport, report_from
 from air.rehearsal.settings import RehearsalSettings
-from air.rehearsal.trainer_report import TrainerRun, served_sample
+from air.rehearsal.trainer_report import TrainerRun, latest_broadcast, served_sample
 from air.rehearsal.v1.generation import V1
 from air.training.config_v1 import detect_generation
 
@@ -47,17 +47,22 @@ def served_model(settings: RehearsalSettings, say: Callable[[str, int, int], Non
     return folder
 
 
-def ask_served(server, updates: list[Any], trained: list[Any]):
-    """The first trained sample through the server under its model and the last adapter loaded (None
-    when nothing was trained or no adapter was loaded: full weights replace the served model in place)."""
+def ask_served(server, run_dir, trained: list[Any]):
+    """The first trained sample through the server, under its model and under the trainer's last LoRA
+    broadcast loaded by the server's own route, as the orchestrator loads the next one (None when nothing
+    was trained or the broadcasts are full weights, which replace the served model in place)."""
     import httpx
 
-    adapters = [u.body["lora_name"] for u in updates if u.loaded and isinstance(u.body.get("lora_name"), str)]
+    from air.inference.broadcast_loading import ADAPTER_CONFIG
+
+    broadcast = latest_broadcast(run_dir)
     samples = sorted((s for s in trained if any(s.mask[1:])), key=lambda s: s.step)
-    if not adapters or not samples:
+    if broadcast is None or not (broadcast / ADAPTER_CONFIG).is_file() or not samples:
         return None
+    root, name = server.base_url.removesuffix("/v1"), f"rehearsal-{broadcast.name}"
     try:
-        return served_sample(server.base_url, server.model_name, adapters[-1], samples[0].token_ids, samples[0].mask)
+        httpx.post(f"{root}/load_lora_adapter", json={"lora_name": name, "lora_path": str(broadcast)}, timeout=600)
+        return served_sample(server.base_url, server.model_name, name, samples[0].token_ids, samples[0].mask)
     except httpx.HTTPError as exc:
         raise RehearsalError(f"the server could not score the fixed sample: {exc}") from exc
 
@@ -115,7 +120,7 @@ def rehearse(settings: RehearsalSettings, progress: Callable[[str, int, int], No
         else:
             trainer = finish_trainer_run(run, out / PROBE, derived.run_dir, model_dir, read_back.trained, updates)
             if is_model_spec(settings.policy):  # the server still runs: ask it, before and after
-                run.served_sample = ask_served(server, updates, read_back.trained)
+                run.served_sample = ask_served(server, derived.run_dir, read_back.trained)
     report = report_from(
         read_back.figures,
         trainer,

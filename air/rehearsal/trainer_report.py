@@ -54,7 +54,8 @@ class FixedSample:
 @dataclass
 class ServedSample:
     """The fixed sample's tokens sent to the running server (``prompt_logprobs``) under the served model
-    and under the last adapter the orchestrator loaded: what the next rollouts are sampled from."""
+    and under the trainer's last broadcast, loaded by the server's own LoRA route as the orchestrator loads
+    each one: what the next rollouts would be sampled from."""
 
     model_before: str
     model_after: str
