@@ -135,8 +135,9 @@ def main() -> int:
         figures["setup_again_s"] = round(again, 2)
 
         if args.image:
-            figures.update({k: round(v, 1) if isinstance(v, float) else v for k, v in
-                            image_build(clone, env, args.base).items()})
+            figures.update(
+                {k: round(v, 1) if isinstance(v, float) else v for k, v in image_build(clone, env, args.base).items()}
+            )
 
         seconds, output, before, after = timed(["uv", "run", "air", "standalone"], clone, env, work / "main.log")
         figures["main_job_s"] = round(seconds, 1)
@@ -156,13 +157,17 @@ def main() -> int:
     print(f"commit {figures['commit']}, {figures['cores']} cores, uv cache {'cold' if args.cold_cache else 'warm'}")
     print(f"set-up: {figures['setup_s']} s {figures['setup_sections_s']} (load {figures['setup_load']})")
     print(f"set-up again: {figures['setup_again_s']} s")
-    print(f".venv: {figures['venv_bytes'] / gib:.2f} GiB; largest: " + ", ".join(
-        f"{name} {size / 2**20:.0f} MiB" for name, size in figures["venv_largest"]))
+    print(
+        f".venv: {figures['venv_bytes'] / gib:.2f} GiB; largest: "
+        + ", ".join(f"{name} {size / 2**20:.0f} MiB" for name, size in figures["venv_largest"])
+    )
     if "uv_cache_bytes" in figures:
         print(f"uv cache filled: {figures['uv_cache_bytes'] / gib:.2f} GiB")
     if "image_s" in figures:
-        print(f"image without cache: {figures['image_s']} s ({figures['image_bytes'] / 2**20:.0f} MiB); "
-              f"base: {figures['base_s']} s")
+        print(
+            f"image without cache: {figures['image_s']} s ({figures['image_bytes'] / 2**20:.0f} MiB); "
+            f"base: {figures['base_s']} s"
+        )
     print(f"main job: {figures['main_job_s']} s (load {figures['main_job_load']}): {figures['main_job_says']}")
     return 0
 

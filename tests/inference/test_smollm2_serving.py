@@ -108,7 +108,9 @@ def test_concurrent_requests_are_batched_and_keep_their_seeded_replies(server):
     alone = [
         client.chat.completions.create(
             model=server.model_name, messages=MESSAGES, temperature=1.0, max_tokens=16, seed=seed
-        ).choices[0].message.content
+        )
+        .choices[0]
+        .message.content
         for seed in range(2)
     ]
     assert alone == together[:2]
