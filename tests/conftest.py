@@ -12,6 +12,7 @@ import importlib.util
 import os
 import signal
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -168,6 +169,13 @@ def air_cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "cache"
 
 
+def unavailable(tests: str, problem: str) -> NoReturn:
+    """What a test needs is missing: skipped on a user's machine, a failure in CI, where it is installed."""
+    if os.environ.get("CI"):
+        pytest.fail(f"{tests} must run in CI: {problem}")
+    pytest.skip(problem)
+
+
 @pytest.fixture(scope="session")
 def chromium() -> str:
     """Debian's Chromium for the browser tests: skipped on a machine without it, a failure in CI."""
@@ -175,10 +183,7 @@ def chromium() -> str:
 
     found = chromium_path()
     if found is None:
-        problem = "no Chromium found (apt-get install chromium, or set AIR_CHROMIUM)"
-        if os.environ.get("CI"):
-            pytest.fail(f"browser tests must run in CI: {problem}")
-        pytest.skip(problem)
+        unavailable("browser tests", "no Chromium found (apt-get install chromium, or set AIR_CHROMIUM)")
     return found
 
 
@@ -191,9 +196,7 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     try:
         require_extra()
     except TinyModelError as exc:
-        if os.environ.get("CI"):
-            pytest.fail(f"the tiny-model tests must run in CI: {exc}")
-        pytest.skip(str(exc))
+        unavailable("the tiny-model tests", str(exc))
     return write_tiny_model(tmp_path_factory.mktemp("tiny-model"))
 
 
@@ -208,9 +211,7 @@ def smollm2(tmp_path_factory: pytest.TempPathFactory):
     try:
         require_conversion_extra()
     except ModelPrepError as exc:
-        if os.environ.get("CI"):
-            pytest.fail(f"the SmolLM2 tests must run in CI: {exc}")
-        pytest.skip(str(exc))
+        unavailable("the SmolLM2 tests", str(exc))
     base = tmp_path_factory.getbasetemp()
     shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
     with pytest.MonkeyPatch.context() as patch:

@@ -1,8 +1,12 @@
-"""What a sampled reply's logprobs must be, from an independent teacher-forced forward pass."""
+"""What a sampled reply's logprobs must be, from an independent teacher-forced forward pass, and what prime-rl
+sends with each request."""
 
 from __future__ import annotations
 
 import math
+
+# What prime-rl's orchestrator sends with every rollout request (orchestrator/utils.py get_sampling_args).
+PRIME_RL_EXTRA = {"return_token_ids": True, "top_k": -1, "min_p": 0.0, "min_tokens": 0, "repetition_penalty": 1.0}
 
 
 def expected_logprobs(model, prompt_ids, token_ids, temperature=1.0, top_k=0, top_p=1.0) -> list[float]:

@@ -91,14 +91,14 @@ class GenerationEngine:
         self._batches: list[Batch] = []
         self._wake = threading.Condition()
         self._closed = False
-        self._thread = threading.Thread(target=self._run, name="generation-engine", daemon=True)
-        self._thread.start()
-        tokenizer = scorer.tokenizer
-        ends = {scorer.eos_id, tokenizer.eos_token_id}
+        ends = {scorer.eos_id, scorer.tokenizer.eos_token_id}
         generation_config = getattr(scorer.model, "generation_config", None)
         configured = getattr(generation_config, "eos_token_id", None)
         ends.update(configured if isinstance(configured, list) else [configured])
         self.end_ids = frozenset(int(token) for token in ends if token is not None)
+        # Last: the worker reads everything above.
+        self._thread = threading.Thread(target=self._run, name="generation-engine", daemon=True)
+        self._thread.start()
 
     # ------------------------------------------------------------------ asking
 
@@ -312,13 +312,16 @@ class GenerationEngine:
             text=text,
             finish_reason=sequence.finish_reason or "length",
             stop_reason=sequence.stop_reason,
-            top_logprobs=[[(self.scorer.token_texts([i])[0], i, v) for i, v in top] for top in sequence.top]
-            if job.params.top_logprobs
-            else None,
+            top_logprobs=[self.alternatives(top) for top in sequence.top] if job.params.top_logprobs else None,
         )
         self.stats.sequences += 1
         if all(done is not None for done in job.done) and not job.future.done():
             job.future.set_result(list(job.done))
+
+    def alternatives(self, top: list[tuple[int, float]]) -> list[tuple[str, int, float]]:
+        """(text, id, logprob) of one position's best tokens, their texts decoded in one call."""
+        texts = self.scorer.token_texts([token for token, _ in top])
+        return [(text, token, value) for text, (token, value) in zip(texts, top, strict=True)]
 
 
 # ---------------------------------------------------------------------- the key-value cache

@@ -19,7 +19,7 @@ from air.inference.generation_engine import GenerationEngine
 from air.inference.sampling import SamplingParams
 from air.inference.server import PolicyServer
 from air.inference.token_scorer import PromptTooLong, TokenScorer
-from tests.sampling_check import expected_logprobs
+from tests.sampling_check import PRIME_RL_EXTRA, expected_logprobs
 
 MESSAGES = [{"role": "user", "content": "Write one command that lists the data files."}]
 
@@ -127,7 +127,6 @@ def test_n_choices_differ_and_a_prompt_past_the_context_is_refused(engine, score
 def test_the_server_samples_with_the_requests_knobs(tiny_model_dir: Path, scorer, reference):
     with PolicyServer(f"model:{tiny_model_dir}") as server:
         client = openai.OpenAI(base_url=server.base_url, api_key="x")
-        extra = {"return_token_ids": True, "top_k": -1, "min_p": 0.0, "min_tokens": 0, "repetition_penalty": 1.0}
         reply = client.chat.completions.create(
             model=server.model_name,
             messages=MESSAGES,
@@ -136,7 +135,7 @@ def test_the_server_samples_with_the_requests_knobs(tiny_model_dir: Path, scorer
             logprobs=True,
             top_logprobs=3,
             seed=11,
-            extra_body=extra,
+            extra_body=PRIME_RL_EXTRA,
         )
         data = reply.model_dump()
         choice = data["choices"][0]
@@ -148,7 +147,12 @@ def test_the_server_samples_with_the_requests_knobs(tiny_model_dir: Path, scorer
         assert all(len(entry["top_logprobs"]) == 3 for entry in choice["logprobs"]["content"])
         assert data["usage"]["completion_tokens"] == len(token_ids)
         again = client.chat.completions.create(
-            model=server.model_name, messages=MESSAGES, temperature=0.9, max_tokens=20, seed=11, extra_body=extra
+            model=server.model_name,
+            messages=MESSAGES,
+            temperature=0.9,
+            max_tokens=20,
+            seed=11,
+            extra_body=PRIME_RL_EXTRA,
         )
         assert again.choices[0].message.content == reply.choices[0].message.content  # seeded: the same draw
         refused = httpx.post(

@@ -18,13 +18,12 @@ import openai
 import pytest
 
 from air.inference.server import PolicyServer
-from tests.sampling_check import expected_logprobs
+from tests.sampling_check import PRIME_RL_EXTRA, expected_logprobs
 
 MESSAGES = [
     {"role": "system", "content": "You run shell commands. Reply with one command in a ```bash block."},
     {"role": "user", "content": "List the files in the current folder."},
 ]
-PRIME_RL_EXTRA = {"return_token_ids": True, "top_k": -1, "min_p": 0.0, "min_tokens": 0, "repetition_penalty": 1.0}
 
 
 @pytest.fixture(scope="module")

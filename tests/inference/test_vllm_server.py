@@ -21,16 +21,15 @@ import pytest
 from air.inference.server import PolicyServer
 from air.inference.tiny_model import MANIFEST, TinyModelError, require_extra, write_tiny_model
 from air.policies.scripted import ScriptPolicy
+from tests.sampling_check import PRIME_RL_EXTRA
 
 REPLY = "Look first.\n```bash\nhead -3 data/train.csv\n```"
 MESSAGES = [
     {"role": "system", "content": "You are an ML researcher."},
     {"role": "user", "content": "Beat the baseline on data/train.csv."},
 ]
-# What prime-rl's orchestrator sends with every rollout request (orchestrator/utils.py get_sampling_args).
 # The `tiny` extra's modules (pyproject.toml), as require_extra checks them.
 TINY_EXTRA_MODULES = ("torch", "transformers", "tokenizers", "safetensors")
-PRIME_RL_EXTRA = {"return_token_ids": True, "top_k": -1, "min_p": 0.0, "min_tokens": 0, "repetition_penalty": 1.0}
 
 
 class Says:
