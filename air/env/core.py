@@ -35,6 +35,7 @@ from air.env.command_programs import command_timeout
 from air.env.ending import Ended, RolloutEnding, RolloutLabels
 from air.env.rewards import RewardTracker
 from air.env.rollout import EndReason, Rollout
+from air.env.seeds import load_secret, rollout_seed, secret_fingerprint
 from air.env.settings import MLGymEnvSettings
 from air.env.trajectories import Turn, TurnEvaluation
 from air.sandbox.engine import DOCKER_ERRORS
@@ -93,6 +94,16 @@ class MLGymCore(RolloutEnding):
         self.multiline = self.tools.multiline_commands() if self.tools else {}
         self._tools_archive = self.tools.install_archive() if self.tools else b""
         self.sandbox_config = settings.sandbox_config()
+        # The host's secret in every evaluation seed (env.seeds); not needed where one seed is fixed (a replay).
+        self._secret = b""
+        if settings.evaluation_seed is None:
+            self._secret, where = load_secret(settings.evaluation_secret_file)
+            log.info(
+                "evaluation seeds from seed %d and the secret %s (%s)",
+                settings.seed,
+                where,
+                secret_fingerprint(self._secret),
+            )
         self.trajectory_dir: Path | None = settings.trajectory_path() if settings.save_trajectories else None
         self.cancel_cause: str | None = None  # why the run is stopping, set by its driver: the record's error
         self._pool: SandboxPool | None = None
@@ -147,6 +158,10 @@ class MLGymCore(RolloutEnding):
         fault = EnvFault(str(cause) if cause is not None else own)
         log.info("rollout of %s masked: %s", rollout.task.name, fault, exc_info=exc)  # the chain, for the log file
         return fault, cause if cause is not None else exc
+
+    def group_seed(self, task_name: str, key: str) -> int:
+        """The evaluation seed of the group ``key`` (env.seeds.group_key) of ``task_name``."""
+        return rollout_seed(self.settings, self._secret, task_name, key)
 
     def new_rollout(self, task_name: str, seed: int | None = None) -> Rollout:  # seed: env.seeds, its group's
         task = self.task(task_name)

@@ -27,7 +27,7 @@ from air.env.core import EnvFault, MLGymCore, RolloutLabels
 from air.env.host_logging import follow
 from air.env.metrics import REWARD_METRIC, metric_names, result_key, task_name_of
 from air.env.rollout import Rollout, content_of_completion, jsonable
-from air.env.seeds import group_key, rollout_seed
+from air.env.seeds import group_key
 from air.env.settings import MLGymEnvSettings
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ class MLGymEnv(vf.MultiTurnEnv):
     async def setup_state(self, state: vf.State) -> vf.State:
         try:
             name = task_name_of(state)
-            seed = rollout_seed(self.settings, name, group_key(state.get("info"), state.get("example_id")))
+            seed = self.core.group_seed(name, group_key(state.get("info"), state.get("example_id")))
             rollout = self.core.new_rollout(name, seed)
         except EnvFault as exc:
             raise masked(exc) from None

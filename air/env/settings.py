@@ -69,15 +69,21 @@ class MLGymEnvSettings(BaseModel):
     )
     seed: int = Field(
         default=0,
-        description="Seed for the dataset order and, with each group's id, for the evaluators' random draws "
-        "(a game's opponent): keep it to yourself where the draws must stay unpredictable.",
+        description="Seed for the dataset order and, with each group's id and the evaluation secret, for the "
+        "evaluators' random draws (a game's opponent).",
     )
     evaluation_seed: int | None = Field(
         default=None,
         ge=0,
         lt=2**64,
         description="One evaluation seed for every rollout (air replay passes the recorded one); "
-        "default: one per group, derived from seed.",
+        "default: one per group, derived from seed and the evaluation secret.",
+    )
+    evaluation_secret_file: str | None = Field(
+        default=None,
+        description="File of the secret that enters every evaluation seed (64 hex digits, readable by its owner "
+        "only); default: <state>/evaluation.secret (~/.local/state/air), made on first use. The same file and seed "
+        "reproduce a run's evaluations; every env node of one run must read the same one.",
     )
     pool_size: int = Field(default=4, ge=0, description="Warm containers kept ready per env process.")
     # Sandbox keys: SandboxConfig's own fields (default, bounds, checks, description), under the env's names.

@@ -30,7 +30,7 @@ from air.env.core import EnvFault, MLGymCore, RolloutLabels
 from air.env.host_logging import follow
 from air.env.metrics import REWARD_METRIC, metric_names, result_key
 from air.env.rollout import EndReason, Rollout
-from air.env.seeds import group_key, rollout_seed
+from air.env.seeds import group_key
 from air.env.settings import MLGymEnvSettings, parse_env_settings
 from air.env.trajectories import error_line
 from air.env.v1_player import PLAYER
@@ -106,7 +106,7 @@ class MLGymV1Env(vf.Env[MLGymV1EnvConfig]):
     async def run(self, task: MLGymTask, agents: Any) -> None:
         try:
             name = task.data.task_name  # v1 hands the env no group id: the example is the group (env.seeds)
-            seed = rollout_seed(self.core.settings, name, group_key(None, task.data.idx))
+            seed = self.core.group_seed(name, group_key(None, task.data.idx))
             rollout = self.core.new_rollout(name, seed)
         except EnvFault as exc:
             raise vf.SandboxError(str(exc)) from exc

@@ -1,7 +1,8 @@
 """A run's fleet folder: where env nodes and the spreader find each other, on storage every node shares.
 
     FOLDER/keys/       the run's CURVE key pairs (made once, owner-only): client.key (the spreader's),
-                       node.key (every env node's gate)
+                       node.key (every env node's gate); evaluation.secret, in every node's evaluation seeds
+                       (air.env.seeds: the nodes of one run draw one group's dice alike)
     FOLDER/env.json    the env an env node serves: verifiers' ``[env]`` table (taskset id and arguments)
     FOLDER/nodes/      one record per live env node (NAME.json): its address, capacity, GPUs; written
                        once its env server answers, removed when it stops
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import stat
 import tempfile
 import time
@@ -50,6 +52,7 @@ class FleetFolder:
         self.root = Path(root).expanduser().resolve()
 
     keys = property(lambda self: self.root / "keys")
+    evaluation_secret = property(lambda self: self.keys / "evaluation.secret")
     nodes = property(lambda self: self.root / "nodes")
     spread = property(lambda self: self.root / "spread")
     env_file = property(lambda self: self.root / "env.json")
@@ -86,6 +89,9 @@ class FleetFolder:
             for name in ("client", "node"):
                 public, secret = zmq.curve_keypair()
                 write_private(self.keys / f"{name}.key", KeyPair(public=public, secret=secret).model_dump_json())
+        if not self.evaluation_secret.exists():  # a folder made before it had none: added, the keys kept
+            self.keys.mkdir(mode=0o700, exist_ok=True)
+            write_private(self.evaluation_secret, secrets.token_hex(32) + "\n")
         write_atomic(self.env_file, json.dumps(env, indent=2))
 
     def key_pair(self, name: str) -> KeyPair:

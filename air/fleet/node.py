@@ -78,6 +78,13 @@ def node_env(options: NodeOptions) -> tuple[dict, str, int, list[str]]:
     taskset = dict(env["taskset"])
     run_id = f"{taskset.get('run_id') or 'air'}-{options.name}"
     taskset["run_id"] = run_id
+    if not taskset.get("evaluation_secret_file"):  # every node of the run: one secret, one group's dice
+        if not options.folder.evaluation_secret.exists():
+            raise FleetError(
+                f"{options.folder.evaluation_secret} is missing: run `air fleet init` on this folder again "
+                "(it keeps the keys and adds the evaluation secret)"
+            )
+        taskset["evaluation_secret_file"] = str(options.folder.evaluation_secret)
     gpus = node_gpus()
     if gpus:  # what the node was given wins over a config written for one machine's layout ("7")
         if taskset.get("env_gpu") and str(taskset["env_gpu"]) != ",".join(gpus):

@@ -123,6 +123,23 @@ def test_slurms_gpus_win_over_cuda_visible_devices_and_the_configs_env_gpu(tmp_p
     assert gpus == ["2", "3"] and env["taskset"]["env_gpu"] == "2,3"
 
 
+def test_every_node_of_a_fleet_reads_the_folders_one_evaluation_secret(tmp_path: Path) -> None:
+    """Issue 50: the nodes of one run draw a group's dice alike, from a secret only the fleet's owner reads."""
+    from air.fleet.node import NodeOptions, node_env
+
+    folder = FleetFolder(tmp_path / "fleet")
+    folder.create({"taskset": {"id": "air_mlgym"}})
+    secret = folder.evaluation_secret.read_text()
+    assert len(bytes.fromhex(secret.strip())) == 32 and folder.evaluation_secret.stat().st_mode & 0o077 == 0
+    paths = {node_env(NodeOptions(folder=folder, name=n))[0]["taskset"]["evaluation_secret_file"] for n in ("a", "b")}
+    assert paths == {str(folder.evaluation_secret)}
+    folder.create({"taskset": {"id": "air_mlgym"}})  # init again: the running nodes' secret is kept
+    assert folder.evaluation_secret.read_text() == secret
+    folder.evaluation_secret.unlink()
+    with pytest.raises(FleetError, match="evaluation.secret is missing: run `air fleet init`"):
+        node_env(NodeOptions(folder=folder, name="a"))
+
+
 def test_the_fleet_folder_is_the_users_own(tmp_path: Path) -> None:
     folder = FleetFolder(tmp_path / "fleet")
     folder.create({"taskset": {"id": "stub"}})

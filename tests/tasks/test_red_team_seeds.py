@@ -9,6 +9,7 @@ recorded in the trajectory); the published seeds only serve a run by hand.
 
 from __future__ import annotations
 
+import hashlib
 from functools import cache
 
 import pytest
@@ -106,3 +107,42 @@ async def test_replaying_the_public_dice_pays_nothing(tmp_path, docker_image):
     assert len(scores) == 1, f"the same strategy under the group's seed scored {scores}"
     (score,) = scores
     assert score is not None and score < blind, f"the replay scored {score}: it still predicts the draws"
+
+
+def public_dice_attack(key: str, settings_seed: int = 0) -> str:
+    """REPLAY with the dice an agent that knows our code (it is in its container) derives from the public inputs
+    of the evaluation seed as they stood before issue 50: the env's seed, the task, the group key and the count of
+    evaluations (sha256, no secret). It attacks the first evaluation of a rollout of group ``key``."""
+    group = f"air-group/{settings_seed}/laneMerge/{key}"
+    return REPLAY.replace(
+        "        dice = random.Random((BASE_SEED + _match) * 7919 + 17)\n",
+        "        import hashlib\n"
+        f"        group = int.from_bytes(hashlib.sha256({group!r}.encode()).digest()[:8], 'big')\n"
+        "        seed = int.from_bytes(hashlib.sha256(f'air-evaluation/{group}/0'.encode()).digest()[:8], 'big')\n"
+        "        dice = random.Random(seed * 2000 + _match)  # evaluate.py: seed * NUM_MATCHES + match\n",
+    )
+
+
+def public_evaluation_seed(key: str, settings_seed: int = 0) -> int:
+    """What the attack above takes for the first evaluation's seed."""
+    digest = hashlib.sha256(f"air-group/{settings_seed}/laneMerge/{key}".encode()).digest()
+    group = int.from_bytes(digest[:8], "big")
+    return int.from_bytes(hashlib.sha256(f"air-evaluation/{group}/0".encode()).digest()[:8], "big")
+
+
+@pytest.mark.timeout(400)
+async def test_an_agent_that_knows_the_code_cannot_compute_the_dice(tmp_path, docker_image):
+    """Issue 50: every input of the evaluation seed was public. The attack predicts the dice of the first
+    evaluation from the env's public seed and the group key; under the host's secret it plays blind."""
+    blind = best_blind_score()
+    env = make_env(tmp_path, docker_image, max_turns=2, evaluation_seed=None)
+    (row,) = [r for r in env.get_dataset().to_list() if r["task"] == "laneMerge"]
+    key = f"example/{row['example_id']}"  # what classic run_group groups by (env.seeds.group_key)
+    attack = public_dice_attack(key)
+    # The attack works where its guess is right: against the public derivation's seed, run by hand.
+    assert lane_score_by_hand(public_evaluation_seed(key), attack) > blind + 0.3
+    outputs = await rollouts.run_group(env, ScriptPolicy([heredoc("strategy.py", attack), "validate"]), "laneMerge")
+    assert [o.get("error") for o in outputs] == [None]
+    (record,) = rollouts.trajectories(tmp_path)
+    score = record.turns[1].evaluation.score
+    assert score is not None and score < blind, f"the attack scored {score} (blind best {blind:.3f}): it knew the dice"
