@@ -1,12 +1,17 @@
 """What the disk watch counts inside a container (``disk_watch``): the probe, one root process per container, asked
 for a measure by a line on its stdin and answering with one JSON line.
 
-A measure counts the entries (files, folders, links) under every folder the agent can write, to be charged
-``ENTRY_BYTES`` each (an empty folder takes a block of the host's disk and an inode, which the engine counts as 0
-bytes), and the bytes of files deleted but still open in the agent's processes (the ``/proc/PID/fd`` links ending
-in " (deleted)", sized by a stat of the link; read by a fork that drops to the agent's uid and groups, as root
-without CAP_SYS_PTRACE cannot read them). It walks by the directory's path, never follows a link, stops at
-``MAX_ENTRIES`` (a problem), at the entries that alone pass the limit (enough said), and at ``PROBE_BUDGET_S``.
+A measure counts what the entries (files, folders, links) under every folder the agent can write take on the host's
+disk past what the engine counts (its ``SizeRw`` adds up the sizes of what is not a folder): each entry's allocated
+blocks (``st_blocks * 512``), one block (``ENTRY_BYTES``, 4 KiB) at least for its inode, less its size, where that
+is more than nothing. So an empty folder counts 4 KiB, a file of ``fallocate -n`` (blocks reserved past its size,
+which stays 0) counts its blocks, a hard-linked file once, and a sparse file nothing more than its size (the engine
+counts its length: the watch stops a sparse file as if it were whole; counting only its blocks would need the
+engine's size and the walk to agree to the moment, which an agent making and deleting sparse files would race).
+It adds the blocks of files deleted but still open in the agent's processes (the ``/proc/PID/fd`` links ending in
+" (deleted)", a stat of the link; read by a fork that drops to the agent's uid and groups, as root without
+CAP_SYS_PTRACE cannot read them). It walks by the directory's path, never follows a link, stops at ``MAX_ENTRIES``
+(a problem), at the bytes that alone pass the limit (enough said), and at ``PROBE_BUDGET_S``.
 
 One process for the container's life, not an exec per check: an exec costs the engine some 90 ms of CPU, which at
 32 containers checked every 10 s was a tenth of a 2-core host's rollouts. Its walk starts where the agent can
@@ -25,22 +30,23 @@ from air.sandbox.protocol import FrameDecoder
 if TYPE_CHECKING:
     from docker.models.containers import Container
 
-ENTRY_BYTES = 4096  # what each file, folder or link costs on top of its bytes: one block of the host's disk
+ENTRY_BYTES = 4096  # the least a file, folder or link takes: one block of the host's disk (for its inode)
 MAX_ENTRIES = 200_000  # more entries than this is a problem: the probe stops counting (~2 s for 250k folders)
 PROBE_BUDGET_S = 10.0  # a walk stops here and says so (a problem); the engine's inspect's timeout too
 PATH_MAX = 4096
 
-# Run as root: python3 -I -c PROBE <agent user> <MAX_ENTRIES> <budget s> <PATH_MAX> <enough> <roots>. For each
-# line read, one JSON line: {"entries", "deleted", "problem"}, and "roots" after a walk from "/" (the host keeps
-# them per image and hands them to the image's next probe, whose first walk then starts there). It stops
-# counting at <enough> entries, which at ENTRY_BYTES each pass the limit on their own: a small limit is found
-# passed by a folder bomb in a fraction of the walk (at 200m: 51,201 entries, not 200,000). Standard library
-# only; of what the agent wrote only folders are opened.
+# Run as root: python3 -I -c PROBE <agent user> <MAX_ENTRIES> <budget s> <PATH_MAX> <enough> <roots> <ENTRY_BYTES>.
+# For each line read, one JSON line: {"entries", "bytes", "deleted", "problem"}, and "roots" after a walk from "/"
+# (the host keeps them per image and hands them to the image's next probe, whose first walk then starts there).
+# It stops counting at <enough> bytes, which pass the limit on their own: a small limit is found passed by a
+# folder bomb in a fraction of the walk (at 200m: 51,201 folders, not 200,000). Standard library only; of what
+# the agent wrote only folders are opened (each entry is stat'ed: one lstat, some 2 us).
 PROBE = r"""
 import json, os, pwd, re, sys, time
 FULL_EVERY = 20
 user, cap, budget, path_max = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
-enough = int(sys.argv[5])  # entries that alone pass the limit: counting further tells nothing more
+enough = int(sys.argv[5])  # bytes that alone pass the limit: counting further tells nothing more
+entry = int(sys.argv[7])  # the least an entry takes: one block (an empty file's inode, an empty folder)
 agent = pwd.getpwnam(user)
 mounts = {"/proc", "/sys", "/dev"}
 with open("/proc/self/mountinfo") as f:
@@ -51,12 +57,13 @@ mounts.discard("/")
 def under_mount(path):
     return any(path == m or path.startswith(m + "/") for m in mounts)
 
-def walk(out, deadline, roots, found):
+def walk(out, deadline, roots, found, links):
     # (folder, whether its entries count: the agent can write it or one above it). From "/" the first time and
     # every FULL_EVERY-th: the folders the agent can write whose parent it cannot (found), kept for the walks
     # between, which start there (the agent cannot make another such folder: only root can).
     stack = [(root, True) for root in roots] if roots else [("/", False)]
     out["entries"] += len(roots)
+    out["bytes"] += entry * len(roots)
     while stack:
         path, counted = stack.pop()
         if len(path) >= path_max:
@@ -85,7 +92,23 @@ def walk(out, deadline, roots, found):
                     out["entries"] += 1
                     if out["entries"] > cap:
                         return f"more than {cap:,} files and folders: delete some"
-                    if out["entries"] >= enough:
+                    if len(e.path) >= path_max:
+                        return f"a path longer than {path_max} bytes ({e.path[:80]}...): delete it"
+                    try:
+                        st = e.stat(follow_symlinks=False)
+                    except FileNotFoundError:
+                        continue
+                    except OSError as exc:
+                        return f"cannot stat {e.path[:80]}...: {exc.strerror}"
+                    # What it takes on the host's disk (its blocks, a block at least for its inode) past what the
+                    # engine counts (the size of what is not a folder, a hard-linked file once).
+                    if not folder and st.st_nlink > 1:
+                        if (st.st_dev, st.st_ino) in links:
+                            continue
+                        links.add((st.st_dev, st.st_ino))
+                    out["bytes"] += max(0, max(st.st_blocks * 512, entry) - (0 if folder else st.st_size))
+                    if out["bytes"] >= enough:
+                        out["cut"] = True  # a walk from "/" cut short has not found every root
                         return None
                 if folder:
                     stack.append((e.path, count))
@@ -106,7 +129,7 @@ def deleted_files(pid, deadline):  # [(dev, ino, size)] of pid's open deleted fi
         except (FileNotFoundError, ProcessLookupError):
             continue
         if st.st_nlink == 0:
-            files.append((st.st_dev, st.st_ino, st.st_size))
+            files.append((st.st_dev, st.st_ino, st.st_blocks * 512))  # allocated: sparse or fallocate -n
         if time.monotonic() > deadline:
             raise TimeoutError
     return files
@@ -140,9 +163,9 @@ def deleted(deadline):  # as the agent: root without CAP_SYS_PTRACE cannot read 
     return total, None
 
 def measure(roots, full):
-    out, deadline, found = {"entries": 0, "deleted": 0, "problem": None}, time.monotonic() + budget, []
-    out["problem"] = walk(out, deadline, [] if full else roots, found)
-    if full and out["problem"] is None:
+    out, deadline, found = {"entries": 0, "bytes": 0, "deleted": 0, "problem": None}, time.monotonic() + budget, []
+    out["problem"] = walk(out, deadline, [] if full else roots, found, set())
+    if full and out["problem"] is None and not out.get("cut"):
         roots[:] = found
     if out["problem"] is None:
         try:
@@ -171,7 +194,7 @@ roots = json.loads(sys.argv[6])  # where the agent could write in this image's l
 for number, _ in enumerate(iter(sys.stdin.readline, "")):  # one measure per line asked; EOF: the watch is done
     full = number % FULL_EVERY == 0 and not (number == 0 and roots)
     out = measure(roots, full)
-    if full and out["problem"] is None:
+    if full and out["problem"] is None and not out.pop("cut", False):
         out["roots"] = roots
     print(json.dumps(out), flush=True)
 """
@@ -231,11 +254,12 @@ ROOTS_OF_IMAGE: dict[str, list[str]] = {}
 
 
 def parse(text: str, image: str = "") -> tuple[int, int, str | None]:
-    """(entries, bytes deleted but open, problem) from the probe's line; the roots it found kept for ``image``."""
+    """(bytes past the engine's count, bytes of files deleted but open, problem) from the probe's line; the roots
+    it found kept for ``image``."""
     try:
         found = json.loads(text)
         if image and isinstance(found.get("roots"), list):
             ROOTS_OF_IMAGE[image] = [str(root) for root in found["roots"]]
-        return int(found["entries"]), int(found["deleted"]), found["problem"]
+        return int(found["bytes"]), int(found["deleted"]), found["problem"]
     except (ValueError, KeyError, TypeError):
         return 0, 0, f"its files could not be counted ({text[-200:]!r})"

@@ -3,15 +3,19 @@
 On overlay2 over ext4 (most hosts) no quota exists, so each check measures two ways and adds them up:
 
 - A probe run as root in the container (``disk_probe``: one process for the container's life, asked each check)
-  counts the entries (files, folders, links) under every folder the agent can write and charges each
-  ``ENTRY_BYTES`` (4 KiB: an empty folder takes a block of the host's disk and an inode, which the engine counts
-  as 0 bytes), and adds the files deleted but still open in the agent's processes (the ``/proc/PID/fd`` links
-  ending in " (deleted)", sized by a stat of the link; read by a fork of the probe that drops to the agent's
-  uid, as root without CAP_SYS_PTRACE cannot read them). The probe walks by the directory's path, never follows
-  a link, stops at ``MAX_ENTRIES`` and at ``PROBE_BUDGET_S``.
-- The engine's own size of the container's layer (an inspect with ``size=1``: it adds up the files of the
-  container's own layer, root's included, as a quota would count them; 1 ms for a task's workspace, some
-  5 us per file more), asked only when the probe found nothing wrong, with a timeout.
+  stats the entries (files, folders, links) under every folder the agent can write and counts the blocks each
+  takes on the host's disk past its size (an empty folder's block, which the engine counts as 0 bytes; blocks
+  reserved by ``fallocate -n`` past a file's end; one block at least, ``ENTRY_BYTES``, for each inode), and adds
+  the blocks of files deleted but still open in the agent's processes (the ``/proc/PID/fd`` links ending in
+  " (deleted)", a stat of the link; read by a fork of the probe that drops to the agent's uid, as root without
+  CAP_SYS_PTRACE cannot read them). The probe walks by the directory's path, never follows a link, stops at
+  ``MAX_ENTRIES``, at ``PROBE_BUDGET_S`` and once what it counted alone passes the limit.
+- The engine's own size of the container's layer (an inspect with ``size=1``: it adds up the sizes of the files
+  of the container's own layer, root's included; 1 ms for a task's workspace, some 5 us per file more), asked
+  only when the probe found nothing wrong, with a timeout.
+
+Each check asks both (the probe from the first check: it alone sees folders and reserved blocks, and asked only
+every few checks it let 250,000 folders, 5x a 200m limit, through within one command).
 
 A size that cannot be read is not "under the limit": the engine's ``SizeRw`` of -1 (its walk failed: a path
 longer than PATH_MAX) or left out, a path the probe cannot open (ENAMETOOLONG), more than ``MAX_ENTRIES``
@@ -29,12 +33,17 @@ at the end of its output. Commands still run, so that the agent can delete files
 container over its limit fails with the message (``Sandbox.run``), and the layer that evaluates asks
 ``Sandbox.over_disk_limit`` first. The sandbox and the rollout go on: it is the agent's failure, nothing else.
 
-What it cannot see: what lands between two checks (near the limit they come every half second; a slow check
-makes it up to ``disk_check_s`` plus the check's own time: a fast writer gets that far past it, each file no
-further than ``max_file_size``), a deleted file kept only by a memory mapping (its fd closed), and the open
-files of the evaluator's processes (``air-eval``, bounded by the evaluation's time). A sparse file counts at
-its full length, as the engine counts it. Entries under root-owned folders the agent cannot write (root's
-own copies) count only by their bytes, through the engine.
+What it cannot see: what lands between two checks. A writer allocating at R bytes a second passes the limit by
+at most R times (the wait before the next check, ``MIN_DELAY_S`` near the limit, plus a check's cost, bounded by
+the limit's worth of entries): checks come before ``FAST_WRITES`` could fill what is left, so a writer no faster
+than that (a disk's writes; a folder bomb's ~64,000 folders a second) gets some 0.5-1 s of its rate past it
+(measured: benchmarks/disk_overshoot.py). ``fallocate`` is not bound by a rate: one call reserves gigabytes at
+once (``-n`` past the file's end, where ``max_file_size`` does not apply either), so what it takes is seen and
+stopped at the next check but only a quota keeps it off the host's disk. Also unseen: a deleted file kept only
+by a memory mapping (its fd closed), and the open files of the evaluator's processes (``air-eval``, bounded by
+the evaluation's time). A sparse file counts at its full length, as the engine counts it (``disk_probe`` says
+why). Entries under root-owned folders the agent cannot write (root's own copies) count only by their bytes,
+through the engine.
 """
 
 from __future__ import annotations
@@ -75,13 +84,9 @@ log = logging.getLogger(__name__)
 FAST_WRITES = 1 << 30  # bytes per second a fast disk takes: how soon what is left of the limit could be gone
 MIN_DELAY_S = 0.5  # the shortest wait between two checks, near or over the limit
 COST_FACTOR = 4  # a check waits up to this many times its own cost (never past disk_check_s): a probe is ~0.1 s
-# What the probe alone sees (folders, files deleted but open) grows at most this fast (~64,000 entries a second at
-# 4 KiB each, as a folder bomb makes them): it is asked when that could have passed what is left of the limit since
-# its last answer, and at least every PROBE_EVERY checks' worth of disk_check_s. In between, a check is the engine's
-# size plus what the probe last counted. (Its first answer costs the engine an exec: ~0.1 s of CPU; a rollout
-# shorter than that interval never pays it.)
+# What only a walk finds (folders, inodes) grows at most this fast (~64,000 entries a second at 4 KiB each, as a
+# folder bomb makes them): a slow walk never pushes the next check past the time that takes to pass what is left.
 PROBE_FAST = 256 << 20
-PROBE_EVERY = 3
 
 
 class ContainerStopped(Exception):
@@ -112,8 +117,6 @@ class DiskWatch:
         self._lock = asyncio.Lock()  # one check at a time: the watch's, a command's, an evaluation's
         self._task: asyncio.Task[None] | None = None
         self._session: ProbeSession | None = None  # the container's probe, once started
-        self._probed: tuple[int, int, str | None] = (0, 0, None)  # its last answer
-        self._probe_due = time.monotonic() + PROBE_EVERY * config.disk_check_s  # a new container holds nothing yet
         self._image = str(getattr(container, "attrs", {}).get("Image", "")) if container is not None else ""
 
     @property
@@ -202,28 +205,24 @@ class DiskWatch:
         return max(soon, min(COST_FACTOR * self.cost_s, self._config.disk_check_s, reach))
 
     def _measure(self) -> Measure:
-        now = time.monotonic()
-        if now >= self._probe_due or self.over:  # over: what it counted may be gone (deleted, its holder killed)
-            self._probed = self._probe()
-            left = max(0, self.limit - (self.used or 0)) if self.limit else 0
-            interval = min(PROBE_EVERY * self._config.disk_check_s, max(MIN_DELAY_S, left / PROBE_FAST))
-            self._probe_due = now + interval
-        entries, deleted, problem = self._probed
+        blocks, deleted, problem = self._probe()
         if problem is not None:
             return Measure(None, problem)
         size = self._engine_size()
         if isinstance(size, str):
             return Measure(None, size)
-        return Measure(size + entries * ENTRY_BYTES + deleted)
+        return Measure(size + blocks + deleted)
 
     def _probe(self) -> tuple[int, int, str | None]:
-        """(entries, bytes deleted but open, problem) from the container's probe (``disk_probe``), started on first
-        use and again when it is gone (asked once more at once: a probe that died is not the agent's problem)."""
+        """(bytes past the engine's sizes, bytes of files deleted but open, problem) from the container's probe
+        (``disk_probe``), started on first use and again when it is gone (asked once more at once: a probe that
+        died is not the agent's problem)."""
         if self._session is None:
-            enough = min(MAX_ENTRIES, self.limit // ENTRY_BYTES + 1) if self.limit else MAX_ENTRIES
+            enough = self.limit + 1 if self.limit else 1 << 62
             argv = ["python3", "-I", "-c", PROBE, self._config.user, str(MAX_ENTRIES), str(PROBE_BUDGET_S)]
             roots = json.dumps(ROOTS_OF_IMAGE.get(self._image, []))
-            self._session = ProbeSession(self._container, [*argv, str(PATH_MAX), str(enough), roots])
+            argv += [str(PATH_MAX), str(enough), roots, str(ENTRY_BYTES)]
+            self._session = ProbeSession(self._container, argv)
         for attempt in (1, 2):
             try:
                 return parse(self._session.ask(timeout=PROBE_BUDGET_S + 10), self._image)

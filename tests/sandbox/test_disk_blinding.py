@@ -31,7 +31,7 @@ HOLD = (
 
 
 def config(image: str = "x", **kwargs) -> SandboxConfig:
-    settings = dict(image=image, run_id="pytest", cpus=1.0, memory="1g", disk="200m", disk_check_s=0.5)
+    settings = dict(image=image, run_id="pytest", cpus=1.0, memory="1g", tmp_size="512m", disk="200m", disk_check_s=0.5)
     return SandboxConfig(**{**settings, "max_file_size": "512m", **kwargs})
 
 
@@ -63,8 +63,7 @@ class _Container:
 @pytest.mark.parametrize("size", [-1, "missing", None])
 def test_a_size_the_engine_cannot_give_is_a_problem_not_under_the_limit(size, monkeypatch):
     watch = DiskWatch(_Container(size), config(), None, enabled=True)  # type: ignore[arg-type]
-    watch._probe_due = 0.0  # the probe is due (a new container's first waits PROBE_EVERY checks)
-    monkeypatch.setattr(watch, "_probe", lambda: (3, 0, None))
+    monkeypatch.setattr(watch, "_probe", lambda: (3 * ENTRY_BYTES, 0, None))
     measure = watch._measure()
     assert measure.used is None and "could not size it" in (measure.problem or ""), measure
     watch.used, watch.problem = measure.used, measure.problem
@@ -73,11 +72,9 @@ def test_a_size_the_engine_cannot_give_is_a_problem_not_under_the_limit(size, mo
 
 def test_entries_and_files_deleted_but_open_count_on_top_of_the_engines_bytes(monkeypatch):
     watch = DiskWatch(_Container(1000), config(), None, enabled=True)  # type: ignore[arg-type]
-    watch._probe_due = 0.0  # the probe is due (a new container's first waits PROBE_EVERY checks)
-    monkeypatch.setattr(watch, "_probe", lambda: (50_000, 7 << 20, None))
+    monkeypatch.setattr(watch, "_probe", lambda: (50_000 * ENTRY_BYTES, 7 << 20, None))
     assert watch._measure() == Measure(1000 + 50_000 * ENTRY_BYTES + (7 << 20))
-    monkeypatch.setattr(watch, "_probe", lambda: (200_001, 0, "more than 200,000 files and folders: delete some"))
-    watch._probe_due = 0.0
+    monkeypatch.setattr(watch, "_probe", lambda: (0, 0, "more than 200,000 files and folders: delete some"))
     assert watch._measure() == Measure(None, "more than 200,000 files and folders: delete some")
 
 
