@@ -4,22 +4,30 @@
 #   bash scripts/second_docker_engine.sh start DIR [IMAGE...]   # starts dockerd, copies the images into it
 #   bash scripts/second_docker_engine.sh start DIR --btrfs SIZE [IMAGE...]   # its data root on a btrfs
 #       file of SIZE (loop-mounted, storage driver btrfs): an engine that can give containers a disk quota
+#   bash scripts/second_docker_engine.sh start DIR --xfs SIZE [IMAGE...]     # its data root on an xfs file
+#       of SIZE mounted with project quotas (-o loop,pquota; storage driver overlay2): the quota most hosts
+#       can have (scripts/engine_quota.sh gives the main engine one the same way); --xfs-noquota SIZE: the
+#       same without pquota (overlay2 on xfs that refuses a quota: the watch's fallback)
 #   bash scripts/second_docker_engine.sh stop DIR               # stops it (its containers go with it)
 # Then: export DOCKER_HOST=unix://DIR/docker.sock for the processes that should use it.
 # Needs root (dockerd, unshare) and the docker CLI. No bridge network: sandbox containers run with network
 # "none", and the engine runs in a network namespace of its own.
 set -euo pipefail
 
-usage() { echo "usage: $0 start DIR [--btrfs SIZE] [IMAGE...] | stop DIR" >&2; exit 2; }
+usage() { echo "usage: $0 start DIR [--btrfs SIZE | --xfs SIZE | --xfs-noquota SIZE] [IMAGE...] | stop DIR" >&2; exit 2; }
 [[ $# -ge 2 ]] || usage
 action=$1
 dir=$(mkdir -p "$2" && cd "$2" && pwd)
 shift 2
 socket="$dir/docker.sock"
-btrfs_size=""
-if [[ "${1:-}" == --btrfs ]]; then
+fs=""
+fs_size=""
+pquota=,pquota
+if [[ "${1:-}" == --btrfs || "${1:-}" == --xfs || "${1:-}" == --xfs-noquota ]]; then
     [[ $# -ge 2 ]] || usage
-    btrfs_size=$2
+    fs=${1#--}
+    [[ "$fs" == xfs-noquota ]] && fs=xfs pquota=""
+    fs_size=$2
     shift 2
 fi
 
@@ -30,16 +38,28 @@ start)
     else
         command -v dockerd >/dev/null || { echo "dockerd not found: apt-get install -y docker.io" >&2; exit 1; }
         driver=()
-        if [[ -n "$btrfs_size" ]]; then
-            command -v mkfs.btrfs >/dev/null || { echo "mkfs.btrfs not found: apt-get install -y btrfs-progs" >&2; exit 1; }
+        if [[ -n "$fs" ]]; then
+            package=btrfs-progs options=loop driver=(--storage-driver btrfs)
+            if [[ "$fs" == xfs ]]; then
+                # pquota: overlay2 sizes a container (--storage-opt size) only with project quotas on.
+                package=xfsprogs options=loop$pquota driver=(--storage-driver overlay2)
+            fi
+            command -v "mkfs.$fs" >/dev/null || { echo "mkfs.$fs not found: apt-get install -y $package" >&2; exit 1; }
+            grep -qw "$fs" /proc/filesystems || modprobe "$fs" 2>/dev/null || {
+                echo "this kernel has no $fs" >&2; exit 1
+            }
             mkdir -p "$dir/data"
             if ! mountpoint -q "$dir/data"; then
-                rm -f "$dir/btrfs.img"
-                truncate -s "$btrfs_size" "$dir/btrfs.img"
-                mkfs.btrfs -q "$dir/btrfs.img" >/dev/null
-                mount -o loop "$dir/btrfs.img" "$dir/data"
+                rm -f "$dir/$fs.img"
+                truncate -s "$fs_size" "$dir/$fs.img"
+                "mkfs.$fs" -q "$dir/$fs.img" >/dev/null
+                mount -o "$options" "$dir/$fs.img" "$dir/data" || {
+                    rm -f "$dir/$fs.img"
+                    echo "cannot mount the $fs file -o $options (a kernel without CONFIG_XFS_QUOTA refuses" \
+                        "pquota: dmesg says 'quota support not available')" >&2
+                    exit 1
+                }
             fi
-            driver=(--storage-driver btrfs)
         fi
         # exec-root holds containerd's sockets: a short path keeps them under the 108-byte limit.
         exec_root=$(mktemp -d /tmp/air-engine-XXXXXX)
@@ -88,9 +108,10 @@ stop)
         rm -rf "$exec_root" "$dir/exec-root"
     fi
     if mountpoint -q "$dir/data"; then
-        umount "$dir/data" || umount -l "$dir/data"  # a btrfs data root (--btrfs); its loop device goes with it
-        rm -f "$dir/btrfs.img"
+        # A data root of --btrfs or --xfs; its loop device goes with it (mount -o loop set autoclear).
+        umount "$dir/data" || umount -l "$dir/data"
     fi
+    rm -f "$dir/btrfs.img" "$dir/xfs.img"
     echo "stopped the Docker engine at unix://$socket"
     ;;
 *) usage ;;

@@ -56,6 +56,8 @@ if ! have uv && ! python3 -m pip --version >/dev/null 2>&1; then missing+=(pytho
 { have debootstrap || [[ -x /usr/sbin/debootstrap ]]; } || missing+=(debootstrap)
 # btrfs-progs: the disk-quota tests run a second engine on a btrfs file (ext4's overlay2 cannot size containers).
 { have mkfs.btrfs || [[ -x /usr/sbin/mkfs.btrfs ]] || [[ -x /sbin/mkfs.btrfs ]]; } || missing+=(btrfs-progs)
+# xfsprogs: and on an xfs file with project quotas (overlay2's quota; scripts/engine_quota.sh uses it too).
+{ have mkfs.xfs || [[ -x /usr/sbin/mkfs.xfs ]] || [[ -x /sbin/mkfs.xfs ]]; } || missing+=(xfsprogs)
 # Debian's Chromium: the viewer's browser test drives it headless (AIR_SKIP_BROWSER=1 to leave it out).
 if [[ -z "${AIR_SKIP_BROWSER:-}" ]] && ! have chromium && [[ -z "${AIR_CHROMIUM:-}" ]]; then missing+=(chromium); fi
 if ((${#missing[@]})); then

@@ -4,11 +4,14 @@ a per-file limit and sized /tmp, /dev/shm everywhere.
 The quota is the engine's own storage option (``storage_opt={"size": ...}``): the kernel answers a write
 past it with "No space left on device" inside the container, so an agent's runaway file fails there
 instead of filling the host's disk. Only some storage drivers can size a container: btrfs (its size
-counts the image's files too), zfs, and overlay2 on xfs mounted with ``pquota``. On any other, overlay2
-on ext4 being most hosts' default, the engine refuses the option, so none is passed, ``disk_watch`` checks
-the container's writable size against the limit instead, and a run says so: one short warning the first
-time an engine is used (remembered per engine ID across processes, in the user's cache), the whole story
-at INFO (a run's ``run.log``) every time. On every engine the agent's shell caps each file it and its programs write
+counts the image's files too), zfs, and overlay2 on xfs mounted with ``pquota``. The engine's info says
+"overlay2" on "xfs" but not whether project quotas are on: an engine on xfs is asked once (a container
+created with the option, then removed) and one that refuses counts as "overlay2 on xfs without pquota".
+On any other, overlay2 on ext4 being most hosts' default, the engine refuses the option, so none is
+passed, ``disk_watch`` checks the container's writable size against the limit instead, and a run says so:
+one short warning the first time an engine is used (remembered per engine ID across processes, in the
+user's cache), the whole story at INFO (a run's ``run.log``) every time. On every engine the agent's shell
+caps each file it and its programs write
 (``max_file_size``, see ``protocol.shell_argv``), and /tmp and /dev/shm are tmpfs mounts of their own size.
 
 No sized volume stands in where the driver cannot size: the only volume an ext4 host's engine sizes is a
@@ -17,6 +20,7 @@ tmpfs, which would charge the workspace's files (datasets, checkpoints) to the c
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -38,10 +42,13 @@ _SIZING_DRIVERS = ("btrfs", "zfs")  # size any container; overlay2 only on xfs (
 _drivers: weakref.WeakKeyDictionary[docker.DockerClient, str] = weakref.WeakKeyDictionary()
 _asking = threading.Lock()  # the pool starts many containers at once: one question, one warning
 
+QUOTA_STEP = "sudo bash scripts/engine_quota.sh 200G"  # the one-line step: the engine's data root on xfs with pquota
 HOW_TO_GET_ONE = (
-    "run dockerd with its data root on xfs mounted with pquota (overlay2) or on btrfs "
-    "(--storage-driver btrfs), or set the disk limit to '' to go without"
+    f"`{QUOTA_STEP}` moves the engine's data root onto an xfs file with project quotas (or run dockerd with its "
+    "data root on xfs mounted with pquota, or on btrfs with --storage-driver btrfs), or set the disk limit to '' "
+    "to go without"
 )
+NO_PQUOTA = "overlay2 on xfs without pquota"
 
 
 def storage_driver(client: docker.DockerClient) -> str:
@@ -52,9 +59,33 @@ def storage_driver(client: docker.DockerClient) -> str:
             driver = str(info.get("Driver", "?"))
             backing = dict(info.get("DriverStatus") or []).get("Backing Filesystem")
             _drivers[client] = f"{driver} on {backing}" if backing else driver
+            if _drivers[client] == "overlay2 on xfs" and _quota_refused(client):
+                _drivers[client] = NO_PQUOTA
             if not can_size(_drivers[client]):
                 _say_no_quota(_drivers[client], str(info.get("ID") or ""))
         return _drivers[client]
+
+
+def _quota_refused(client: docker.DockerClient) -> bool:
+    """Whether an engine on xfs refuses a container's size (its xfs is mounted without pquota): one container
+    created from any image it holds, with the option, then removed (~0.1 s, once per engine). False when it cannot
+    tell (no image yet, another error): the sandbox's own create then says what went wrong."""
+    try:
+        images = client.images.list()
+        if not images:
+            return False
+        config = client.api.create_host_config(storage_opt={"size": "1g"}, network_mode="none")
+        created = client.api.create_container(images[0].id, command=["true"], host_config=config)
+    except docker.errors.APIError as exc:
+        refused = "storage-opt" in str(exc) or "pquota" in str(exc)
+        if refused:
+            log.warning("this Docker engine on xfs refuses a container's size (%s): no quota", exc.explanation)
+        return refused
+    except DOCKER_ERRORS:
+        return False
+    with contextlib.suppress(*DOCKER_ERRORS):
+        client.api.remove_container(created["Id"], force=True)
+    return False
 
 
 def _say_no_quota(driver: str, engine_id: str) -> None:
@@ -124,6 +155,18 @@ def storage_kwargs(config: SandboxConfig, driver: str | None) -> dict[str, Any]:
     if config.disk and driver is not None and can_size(driver):
         kwargs["storage_opt"] = {"size": config.disk}
     return kwargs
+
+
+def quota_summary(driver: str | None) -> tuple[bool, str]:
+    """(whether containers get a quota, the line ``air check`` prints) for an engine with ``driver``."""
+    if driver is not None and can_size(driver):
+        how = "overlay2 on xfs, pquota" if driver == "overlay2 on xfs" else driver
+        return True, f"engine quota ({how}): each container's writes stop at its disk limit"
+    return False, (
+        f"watched (no quota: {driver or 'the engine did not say'}): a fast writer gets past the limit until the "
+        f"next check, fallocate by up to what the disk holds (docs/sandbox.md#disk-quota); one-line step to get "
+        f"one: `{QUOTA_STEP}`"
+    )
 
 
 def quota_refused_hint(exc: BaseException, config: SandboxConfig) -> str:

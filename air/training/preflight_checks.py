@@ -7,6 +7,7 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from air.training.config_files import PRIME_RL_COMMIT, EnvEntry, LoadedConfig
 from air.training.config_rules import check_config_files
@@ -87,6 +88,7 @@ def check_docker(ctx: PreflightContext) -> Iterator[CheckRow]:
         except Exception:
             fix = "uv run air build-image" if not image else f"build or load {tag}"
             yield CheckRow("sandbox image", "fail", f"{tag} is not in the engine", fix)
+    yield disk_quota_row(client)
     if any(e.args.get("env_gpu") for e in ctx.our_envs):
         runtimes = set((client.info().get("Runtimes") or {}).keys())
         if "nvidia" not in runtimes:
@@ -96,6 +98,14 @@ def check_docker(ctx: PreflightContext) -> Iterator[CheckRow]:
                 f"env_gpu is set but Docker has no 'nvidia' runtime (runtimes: {', '.join(sorted(runtimes))})",
                 "install the NVIDIA Container Toolkit and run `sudo nvidia-ctk runtime configure --runtime=docker`",
             )
+
+
+def disk_quota_row(client: Any) -> CheckRow:
+    """Whether the engine gives each sandbox a disk quota or the watch keeps the limit (docs/sandbox.md)."""
+    from air.sandbox.storage import driver_or_none, quota_summary
+
+    quota, said = quota_summary(driver_or_none(client))  # the step to get one is in what it says
+    return CheckRow("disk", "pass" if quota else "warn", said)
 
 
 def check_tasks(ctx: PreflightContext) -> Iterator[CheckRow]:
