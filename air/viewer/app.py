@@ -22,6 +22,7 @@ from air.env.trajectories import TrajectoryError
 from air.viewer import stats
 from air.viewer.index import TrajectoryIndex, shared_index
 from air.viewer.overview import render_overview
+from air.viewer.plain import code_block, escape_markdown
 from air.viewer.rollout_page import render_rollout, render_side_by_side
 
 VIEWS = ["Overview", "Rollout", "Compare", "Problems"]
@@ -39,7 +40,7 @@ def default_directory(argv: list[str]) -> str:
 def _load_index(directory: str, reload: bool) -> TrajectoryIndex:
     index = shared_index(directory)  # kept by the server process, shared by its sessions
     if reload or not index.refreshed:
-        bar = st.progress(0.0, text=f"Reading {directory} ...")
+        bar = st.progress(0.0, text=escape_markdown(f"Reading {directory} ..."))
         index.refresh(lambda done, total: bar.progress(done / total, text=f"Reading {done:,} of {total:,} files"))
         bar.empty()
     return index
@@ -70,7 +71,7 @@ def _sidebar_filters(frame: pd.DataFrame, index: TrajectoryIndex) -> tuple[stats
         filters.reward = None if tuple(chosen) == (low, high) else tuple(chosen)
     query = side.text_input("Search commands and outputs", key="filter_query").strip()
     if query:
-        with st.spinner(f"Searching {len(frame):,} rollouts for {query!r} ..."):
+        with st.spinner(escape_markdown(f"Searching {len(frame):,} rollouts for {query!r} ...")):
             filters.search_hits = index.memo(("search", query), lambda: index.search(query))
     side.header("Sort")
     sorts = list(stats.SORTS)
@@ -109,7 +110,7 @@ def _load_record(index: TrajectoryIndex, key: str):
     try:
         return index.load(key)
     except (OSError, TrajectoryError, KeyError) as exc:
-        st.error(f"This rollout cannot be read any more ({exc}); press Reload.")
+        st.error("This rollout cannot be read any more; press Reload." + code_block(str(exc)))
         return None
 
 
@@ -132,14 +133,14 @@ def main(argv: list[str] | None = None) -> None:
         return
     folder = Path(directory).expanduser()
     if not folder.is_dir():
-        st.error(f"{folder}: no such folder.")
+        st.error(escape_markdown(f"{folder}: no such folder."))
         return
     directory = str(folder.resolve())
     reload = st.sidebar.button("Reload", help="Read new and changed files again")
     index = _load_index(directory, reload)
     frame = stats.index_frame(index)
     if frame.empty:
-        st.warning(f"No readable trajectory in {directory} ({len(index.problems)} unreadable).")
+        st.warning(escape_markdown(f"No readable trajectory in {directory} ({len(index.problems)} unreadable)."))
         _problems(index)
         return
 
@@ -153,7 +154,7 @@ def main(argv: list[str] | None = None) -> None:
     shown = stats.sort_rollouts(shown, sort_by, descending=stats.SORTS[sort_by][1] != reverse)
 
     st.title("air viewer")
-    st.caption(f"{directory} · {len(frame):,} rollouts · {len(index.problems):,} unreadable")
+    st.caption(escape_markdown(f"{directory} · {len(frame):,} rollouts · {len(index.problems):,} unreadable"))
     view = st.radio("View", VIEWS, horizontal=True, key="view", label_visibility="collapsed")
     if view == "Overview":
         render_overview(frame, shown, len(index.problems), _pick_from_table)

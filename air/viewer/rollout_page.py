@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import re
-
 import streamlit as st
 
 from air.env.actions import split_think
 from air.env.trajectories import TrajectoryRecord, Turn, TurnEvaluation
 from air.viewer import charts, stats
 from air.viewer.index import agent_of
+from air.viewer.plain import code_block, code_span, escape_markdown
 
 
 def render_rollout(record: TrajectoryRecord, key: str) -> None:
@@ -48,15 +47,6 @@ def render_side_by_side(left: tuple[str, TrajectoryRecord], right: tuple[str, Tr
                     _turn_body(turn, record)
 
 
-# Streamlit renders labels and headers as Markdown (with $LaTeX$, :emoji: and :color[...]):
-# recorded text must show as itself.
-_MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]<>#|~$:])")
-
-
-def escape_markdown(text: str) -> str:
-    return _MARKDOWN_SPECIAL.sub(r"\\\1", text)
-
-
 def _set_turn(turn: int, count: int) -> None:
     st.session_state["turn"] = min(max(1, turn), count)
 
@@ -78,7 +68,7 @@ def _header(record: TrajectoryRecord, key: str, compact: bool = False) -> None:
     columns = st.columns(3 if compact else 5)
     columns[0].metric("reward", stats.format_score(record.reward))
     columns[1].metric(
-        f"final {record.baseline.metric or 'score'}",
+        escape_markdown(f"final {record.baseline.metric or 'score'}"),
         stats.format_score(final),
         delta=delta,
         delta_color="normal" if record.baseline.higher_is_better else "inverse",
@@ -88,7 +78,7 @@ def _header(record: TrajectoryRecord, key: str, compact: bool = False) -> None:
         columns[3].metric("steps", len(record.turns))
         columns[4].metric("duration", "n/a" if record.duration_s is None else f"{record.duration_s:.1f} s")
     if record.error:
-        st.error(escape_markdown(f"Rollout error: {record.error}"))
+        st.error("Rollout error:" + code_block(record.error))
 
 
 def _score_chart(record: TrajectoryRecord) -> None:
@@ -107,7 +97,12 @@ def _prompts(record: TrajectoryRecord) -> None:
 
 
 def _turn_title(turn: Turn, count: int) -> str:
-    what = turn.command.strip().splitlines()[0][:80] if turn.command and turn.command.strip() else "(no command)"
+    """Markdown: the step in bold, the command's first line in code (the agent's text, set apart from the
+    viewer's own marks after it: a command reading "validate: score 4.99" stays visibly a command)."""
+    if turn.command and turn.command.strip():
+        what = code_span(turn.command.strip().splitlines()[0][:80])
+    else:
+        what = escape_markdown("(no command)")
     marks = []
     if turn.format_error:
         marks.append("format error")
@@ -115,13 +110,12 @@ def _turn_title(turn: Turn, count: int) -> str:
         marks.append("timed out")
     if turn.evaluation is not None:
         marks.append(_evaluation_line(turn.evaluation))
-    title = f"Step {turn.index} of {count}: {what}" + (f" — {'; '.join(marks)}" if marks else "")
-    return escape_markdown(title)
+    return f"**Step {turn.index} of {count}**: {what}" + (escape_markdown(f" — {'; '.join(marks)}") if marks else "")
 
 
 def _turn(turn: Turn, count: int, record: TrajectoryRecord) -> None:
     with st.container(border=True):
-        st.markdown(f"**{_turn_title(turn, count)}**")
+        st.markdown(_turn_title(turn, count))
         _turn_body(turn, record)
 
 
@@ -133,7 +127,7 @@ def _turn_body(turn: Turn, record: TrajectoryRecord) -> None:
     st.caption("Model")
     st.code(visible.strip() or "(empty reply)", language="markdown", wrap_lines=True)
     if turn.format_error:
-        st.warning(escape_markdown(f"Format error: {turn.format_error}"))
+        st.warning("Format error:" + code_block(turn.format_error))
     if turn.command is not None:
         st.caption("Command")
         st.code(turn.command, language="bash", wrap_lines=True)
@@ -146,13 +140,17 @@ def _turn_body(turn: Turn, record: TrajectoryRecord) -> None:
     st.caption(escape_markdown("Output · " + " · ".join(details)))
     st.code(turn.output or "(no output)", language=None, wrap_lines=True, height="content")
     if turn.evaluation is not None:
-        message = _evaluation_line(turn.evaluation)
-        if record.baseline.score is not None and turn.evaluation.score is not None:
+        evaluation = turn.evaluation
+        message = escape_markdown(_evaluation_line(evaluation))
+        if record.baseline.score is not None and evaluation.score is not None:
             message += f" (baseline {record.baseline.score:.4f})"
-        (st.success if turn.evaluation.status == "ok" else st.error)(escape_markdown(message))
+        if evaluation.error:  # what the agent was told: it can carry the agent's own output
+            message += code_block(evaluation.error)
+        (st.success if evaluation.status == "ok" else st.error)(message)
 
 
 def _evaluation_line(evaluation: TurnEvaluation) -> str:
+    """The viewer's own words (kind, status, score), never the evaluation's error text."""
     if evaluation.status == "ok" and evaluation.score is not None:
         return f"{evaluation.kind}: score {evaluation.score:.4f}"
-    return f"{evaluation.kind}: {evaluation.status}" + (f" ({evaluation.error})" if evaluation.error else "")
+    return f"{evaluation.kind}: {evaluation.status}"

@@ -12,22 +12,11 @@ import pytest
 
 from air.viewer.index import TrajectoryIndex
 from tests.synthetic_runs import MIXED_ROLLOUTS, write_mixed_folder, write_synthetic_run
+from tests.viewer.browser import main_area as _main
+from tests.viewer.browser import settled as _settled
 from tests.viewer_server import viewer_server
 
-playwright = pytest.importorskip("playwright.sync_api")
-TIMEOUT_MS = 60_000
-
-
-@pytest.fixture
-def page(chromium: str):
-    with playwright.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium, headless=True, args=["--no-sandbox"])
-        try:
-            page = browser.new_page(viewport={"width": 1500, "height": 1100})
-            page.set_default_timeout(TIMEOUT_MS)
-            yield page
-        finally:
-            browser.close()
+pytest.importorskip("playwright.sync_api")
 
 
 def _screenshot(page, tmp_path: Path, name: str) -> Path:
@@ -38,21 +27,11 @@ def _screenshot(page, tmp_path: Path, name: str) -> Path:
     return path
 
 
-def _settled(page) -> None:
-    """Wait until the script run is over: no element is left over from before it."""
-    page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')")
-    page.locator('[data-testid="stStatusWidget"]').wait_for(state="hidden")
-
-
 def _choose(page, picker: str, typed: str, option: str) -> None:
     """Open a select box by its label, type to filter its options, click the one matching."""
     _main(page).locator('[data-testid="stSelectbox"]').filter(has_text=picker).click()
     page.keyboard.type(typed)
     page.get_by_role("option", name=re.compile(option)).click()
-
-
-def _main(page):
-    return page.locator('[data-testid="stMain"]')
 
 
 def test_open_select_a_rollout_step_through_it_and_compare(page, tmp_path: Path) -> None:
@@ -91,7 +70,8 @@ def test_open_select_a_rollout_step_through_it_and_compare(page, tmp_path: Path)
         main.get_by_text("secret plan: look first").wait_for()
 
         main.get_by_role("button", name="Next step ▶").click()
-        main.get_by_text("Format error: 2 fenced code blocks").wait_for()
+        main.get_by_text("Format error:").wait_for()
+        main.get_by_text("2 fenced code blocks").wait_for()  # what the agent was told, in code
         main.get_by_role("button", name="Next step ▶").click()
         main.get_by_text("exit code 124 · 30.00 s · timed out").wait_for()
         _settled(page)

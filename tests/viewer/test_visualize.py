@@ -3,18 +3,22 @@ real trajectory folders (ours at any depth, MLGym run folders, malformed files).
 
 from __future__ import annotations
 
+import html
 import re
 from pathlib import Path
 
 import pytest
+from markdown_it import MarkdownIt
 from streamlit.testing.v1 import AppTest
 
 from air.env.trajectory_reader import load_trajectory
 from air.viewer.index import TrajectoryIndex
+from air.viewer.plain import JOINER
 from tests.env.test_trajectories import write_mlgym_run
 from tests.synthetic_runs import MIXED_ROLLOUTS as ROLLOUTS
 from tests.synthetic_runs import write_mixed_folder
 
+_MD = MarkdownIt("commonmark")
 APP = str(Path(__file__).resolve().parents[2] / "air" / "visualize.py")
 
 
@@ -48,8 +52,9 @@ def _run(at: AppTest) -> AppTest:
 
 
 def _plain(markdown: str) -> str:
-    """Markdown-escaped text (labels, captions) as it shows on screen."""
-    return re.sub(r"\\(.)", r"\1", markdown)
+    """Markdown (labels, captions, alerts) as it shows on screen: rendered by a CommonMark parser, the
+    escaping's invisible word joiners left out."""
+    return html.unescape(re.sub(r"<[^>]+>", "", _MD.render(markdown))).replace(JOINER, "").strip()
 
 
 def _texts(at: AppTest) -> str:
@@ -168,19 +173,19 @@ def test_a_rollout_step_by_step_with_previous_next_and_jump(folder: Path, monkey
     at.selectbox(key="rollout").set_value(key)
     _run(at)
     assert at.selectbox(key="rollout").value == key
-    assert any("handmade · scripted-improver" in s.value for s in at.subheader)
+    assert any("handmade · scripted-improver" in _plain(s.value) for s in at.subheader)
     text = _texts(at)
     assert "Step 1 of 4: ls -la" in text and "I list the files." in text
     assert "exit code 0 · 0.25 s" in text
     assert [label for label in _labels(at) if label.startswith("Reasoning")] == ["Reasoning (folded)"]
     assert any(c.value == "secret plan: look first" for c in at.code)
-    assert "Step 1 of 4\\: ls -la" in [m.value.strip("*") for m in at.markdown]  # escaped, shown as typed
+    assert "**Step 1 of 4**: ` ls -la `" in [m.value for m in at.markdown]  # the command set apart, in code
     assert all("secret plan" not in c.value for c in at.code if c.language == "markdown")
 
     next_button = next(b for b in at.button if b.label.startswith("Next step"))
     next_button.click()
     _run(at)
-    assert "Format error: 2 fenced code blocks" in _texts(at)
+    assert "Format error:\n2 fenced code blocks" in _texts(at)  # what the agent was told, in a code block
     at.number_input(key="turn").set_value(3)
     _run(at)
     assert "exit code 124 · 30.00 s · timed out" in _texts(at)
@@ -253,7 +258,7 @@ def test_a_rollout_deleted_after_indexing_is_reported_not_fatal(folder: Path, mo
 
 def test_a_missing_or_empty_folder_says_so(tmp_path: Path, monkeypatch) -> None:
     at = _app(tmp_path / "nowhere", monkeypatch)
-    assert [e.value for e in at.error] == [f"{tmp_path / 'nowhere'}: no such folder."]
+    assert [_plain(e.value) for e in at.error] == [f"{tmp_path / 'nowhere'}: no such folder."]
     (tmp_path / "empty").mkdir()
     at = _app(tmp_path / "empty", monkeypatch)
     assert any("No readable trajectory" in w.value for w in at.warning)
