@@ -63,3 +63,30 @@ async def test_a_blinded_watch_still_fails_the_agent_not_the_rollout(tmp_path, d
         assert over is not None and over.status == "evaluation_failed" and "disk limit" in over.error, over
     assert "disk limit" not in record.turns[6].output, record.turns[6].output
     honest_evaluation(record, 7)  # files deleted: the next evaluation is whole
+
+
+# Issue 50, item 2: blocks the engine's size never sees. `fallocate -n` reserves blocks while the file's size
+# stays 0 (SizeRw 0; max_file_size does not apply): 6 GiB went past a 200m limit, never stopped. A file of 100M
+# with 1G reserved past its end. And 250,000 empty folders as the container's first command: the probe (which
+# alone sees folders) was asked only 30 s after the start, and 982 MiB landed within the one command.
+RESERVE = (
+    "cd ~ && for i in 1 2 3; do touch f$i && fallocate -n -l 1G f$i || break; done; truncate -s 100M s && "
+    "fallocate -n -o 100M -l 1G s; stat -c '%n %s %b' f1 s; sleep 8; echo never"
+)
+FIRST_FOLDERS = FOLDERS.replace("print('never')", "print('never'); import time; time.sleep(8)")
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize(("attack", "clean"), [(RESERVE, "rm -f ~/f? ~/s"), (FIRST_FOLDERS, "rm -rf ~/m")])
+async def test_reserved_blocks_and_folders_are_counted_within_the_command(tmp_path, docker_image, attack, clean):
+    if can_size(storage_driver(docker.from_env())):
+        pytest.skip("this engine sizes containers itself: tests/sandbox/test_disk_quota_xfs.py covers its quota")
+    commands = [attack, "validate", f"{clean}; ls ~", "validate"]
+    output, record = await run_attack(tmp_path, docker_image, commands, container_disk="200m")
+    check_rollout(output, record)  # not masked
+    said = record.turns[0].output
+    assert "never" not in said and "disk limit" in said, said  # stopped during the command, with the message
+    over = record.turns[1].evaluation
+    assert over is not None and over.status == "evaluation_failed" and "disk limit" in over.error, over
+    assert "disk limit" not in record.turns[2].output, record.turns[2].output
+    honest_evaluation(record, 3)  # files deleted: the next evaluation is whole
