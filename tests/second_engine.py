@@ -4,9 +4,11 @@ root and dockerd (CI has both); elsewhere the tests that use it skip with the re
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import docker
@@ -17,10 +19,11 @@ SCRIPT = ROOT / "scripts" / "second_docker_engine.sh"
 
 
 class SecondEngine:
-    def __init__(self, folder: Path, image: str, btrfs_size: str = "") -> None:
+    def __init__(self, folder: Path, image: str, btrfs_size: str = "", xfs: str = "") -> None:
         self.folder = folder
         self.image = image
         self.btrfs_size = btrfs_size
+        self.xfs = xfs  # "--xfs SIZE" (pquota) or "--xfs-noquota SIZE", as the script takes them
         self.address = f"unix://{folder}/docker.sock"
 
     def _script(self, *args: str, timeout: float = 300) -> None:
@@ -32,7 +35,7 @@ class SecondEngine:
     def start(self) -> None:
         """Start it (a no-op when it answers) with the sandbox image in it."""
         btrfs = ["--btrfs", self.btrfs_size] if self.btrfs_size else []
-        self._script("start", str(self.folder), *btrfs, self.image)
+        self._script("start", str(self.folder), *btrfs, *self.xfs.split(), self.image)
 
     def stop(self) -> None:
         """Stop it as a host's restart does: dockerd gets SIGTERM and stops its containers."""
@@ -65,6 +68,61 @@ def btrfs_problem() -> str | None:
     if "btrfs" not in Path("/proc/filesystems").read_text():
         return "this kernel has no btrfs"
     return None
+
+
+def xfs_problem(pquota: bool) -> str | None:
+    if shutil.which("mkfs.xfs") is None:
+        return "an engine on xfs needs mkfs.xfs (apt-get install -y xfsprogs)"
+    if "xfs" not in Path("/proc/filesystems").read_text():
+        return "this kernel has no xfs"
+    return xfs_quota_problem() if pquota else None
+
+
+@functools.cache
+def xfs_quota_problem() -> str | None:
+    """Why an xfs file cannot be mounted with project quotas here (a kernel built without CONFIG_XFS_QUOTA mounts
+    xfs but refuses pquota: this machine's and CI's), or None."""
+    with tempfile.TemporaryDirectory(prefix="air-xfs-") as folder:
+        image, mount = Path(folder) / "xfs.img", Path(folder) / "mnt"
+        mount.mkdir()
+        subprocess.run(["truncate", "-s", "320M", str(image)], check=True)
+        subprocess.run(["mkfs.xfs", "-q", str(image)], check=True, capture_output=True)
+        tried = subprocess.run(["mount", "-o", "loop,pquota", str(image), str(mount)], capture_output=True, text=True)
+        if tried.returncode != 0:
+            return f"this kernel's xfs has no project quotas (CONFIG_XFS_QUOTA): {tried.stderr.strip()[:200]}"
+        subprocess.run(["umount", str(mount)], check=True)
+    return None
+
+
+def _engine_on_xfs(docker_image: str, factory: pytest.TempPathFactory, pquota: bool):
+    problem = second_engine_problem() or xfs_problem(pquota)
+    if problem:
+        # A kernel without xfs quotas is the host's, not the suite's fault: a skip that says so, in CI too.
+        if os.environ.get("CI") and "CONFIG_XFS_QUOTA" not in problem:
+            pytest.fail(f"the xfs disk-quota tests must run in CI: {problem}")
+        pytest.skip(problem)
+    flag = "--xfs" if pquota else "--xfs-noquota"
+    engine = SecondEngine(factory.mktemp("xfs-engine"), docker_image, xfs=f"{flag} 2G")
+    engine.start()
+    return engine
+
+
+@pytest.fixture(scope="session")
+def xfs_quota_engine(docker_image: str, tmp_path_factory: pytest.TempPathFactory):
+    """A second engine whose data root is an xfs file mounted with pquota: overlay2 sizes its containers."""
+    engine = _engine_on_xfs(docker_image, tmp_path_factory, pquota=True)
+    yield engine
+    engine.stop()
+    shutil.rmtree(engine.folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def xfs_noquota_engine(docker_image: str, tmp_path_factory: pytest.TempPathFactory):
+    """The same without pquota: the engine says "overlay2 on xfs" and refuses a container's size."""
+    engine = _engine_on_xfs(docker_image, tmp_path_factory, pquota=False)
+    yield engine
+    engine.stop()
+    shutil.rmtree(engine.folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

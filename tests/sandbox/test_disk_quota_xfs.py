@@ -1,0 +1,148 @@
+"""Issue 50, item 2: the quota most hosts can have, overlay2 on xfs with project quotas (``--storage-opt size=``),
+and what happens on an engine on xfs without them.
+
+Each engine here is a second one (scripts/second_docker_engine.sh --xfs / --xfs-noquota: its data root on an xfs
+loop file). With pquota every attack of the disk round stops at the limit inside the container (the write fails:
+"No space left on device" or "Disk quota exceeded") and the container's upper folder holds no more than the
+limit. Without pquota the engine says "overlay2 on xfs" yet refuses the size: air finds it out once and watches
+instead, where before every sandbox failed to start. A kernel built without CONFIG_XFS_QUOTA (this machine's)
+refuses pquota: the quota tests skip there, saying so; scripts/engine_quota.sh refuses too, changing nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import docker
+import pytest
+
+from air.sandbox.config import SandboxConfig
+from air.sandbox.container import Sandbox, reset_docker_client
+from air.sandbox.storage import NO_PQUOTA, quota_summary, storage_driver
+from tests.red_team import check_rollout, honest_evaluation, run_attack
+from tests.second_engine import (  # noqa: F401  (fixtures)
+    SecondEngine,
+    xfs_noquota_engine,
+    xfs_quota_engine,
+    xfs_quota_problem,
+)
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.xdist_group("one_at_a_time")]
+
+ROOT = Path(__file__).resolve().parents[2]
+FULL = ("No space left on device", "Disk quota exceeded")
+# The disk round's attacks, each run in the workspace under a 200m limit (benchmarks/disk_overshoot.py measures
+# them on the host's disk).
+ATTACKS = {
+    "writes": "for i in $(seq 100); do head -c 4M /dev/zero > w$i || break; done",
+    "fallocate": "for i in 1 2 3; do touch f$i && fallocate -n -l 1G f$i || break; done",
+    "folders": "python3 -c \"import os; os.mkdir('m'); [os.mkdir(f'm/{i}') for i in range(250000)]\"",
+}
+
+
+def test_air_check_says_which_an_engine_has():
+    assert quota_summary("overlay2 on xfs") == (
+        True,
+        "engine quota (overlay2 on xfs, pquota): each container's writes stop at its disk limit",
+    )
+    quota, said = quota_summary("overlay2 on extfs")
+    assert not quota and said.startswith("watched (no quota: overlay2 on extfs)"), said
+    assert "sudo bash scripts/engine_quota.sh" in said, said
+    assert not quota_summary(NO_PQUOTA)[0]
+
+
+def _on(engine: SecondEngine, monkeypatch) -> docker.DockerClient:
+    monkeypatch.setenv("DOCKER_HOST", engine.address)
+    reset_docker_client()
+    return engine.client()
+
+
+@pytest.fixture
+def on_xfs(xfs_quota_engine: SecondEngine, monkeypatch):  # noqa: F811
+    client = _on(xfs_quota_engine, monkeypatch)
+    yield client
+    client.close()
+    reset_docker_client()
+
+
+@pytest.fixture
+def on_xfs_noquota(xfs_noquota_engine: SecondEngine, monkeypatch):  # noqa: F811
+    client = _on(xfs_noquota_engine, monkeypatch)
+    yield client
+    client.close()
+    reset_docker_client()
+
+
+def upper_bytes(box: Sandbox) -> int:
+    box.container.reload()
+    upper = box.container.attrs["GraphDriver"]["Data"]["UpperDir"]
+    du = subprocess.run(["du", "-s", "--block-size=1", upper], capture_output=True, text=True, check=True)
+    return int(du.stdout.split()[0])
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("attack", list(ATTACKS))
+async def test_the_xfs_quota_stops_each_attack_at_the_limit(on_xfs, docker_image, attack):
+    assert storage_driver(on_xfs) == "overlay2 on xfs"
+    config = SandboxConfig(image=docker_image, run_id="pytest", cpus=1.0, memory="2g", disk="200m")
+    box = await Sandbox.create(config, on_xfs)
+    try:
+        assert not box.disk.enabled  # the quota keeps the limit: no watch
+        result = await box.run(ATTACKS[attack], timeout=200)
+        assert any(full in result.output for full in FULL), result.output
+        assert upper_bytes(box) <= 200 << 20  # nothing past the limit on the host's disk
+    finally:
+        await box.destroy()
+
+
+@pytest.mark.timeout(400)
+async def test_reserved_blocks_fail_inside_the_container_through_the_rollout_path(on_xfs, tmp_path, docker_image):
+    commands = [ATTACKS["fallocate"] + "; echo went on", "validate", "rm -f f?; ls", "validate"]
+    output, record = await run_attack(tmp_path, docker_image, commands, container_disk="200m")
+    check_rollout(output, record)
+    said = record.turns[0].output
+    assert any(full in said for full in FULL) and "went on" in said and "disk limit" not in said, said
+    honest_evaluation(record, 3)
+
+
+@pytest.mark.timeout(300)
+async def test_an_engine_on_xfs_without_pquota_is_watched_not_refused(on_xfs_noquota, docker_image):
+    assert storage_driver(on_xfs_noquota) == NO_PQUOTA
+    config = SandboxConfig(image=docker_image, run_id="pytest", cpus=1.0, memory="2g", disk="200m")
+    box = await Sandbox.create(config, on_xfs_noquota)  # before: "--storage-opt is supported only for ... pquota"
+    try:
+        assert box.disk.enabled
+        result = await box.run(ATTACKS["fallocate"] + "; sleep 8; echo never", timeout=60)
+        assert "never" not in result.output and "disk limit" in result.output, result.output
+    finally:
+        await box.destroy()
+
+
+def test_engine_quota_sh_refuses_and_changes_nothing(docker_image):
+    if os.geteuid() != 0:
+        pytest.skip("the refusals past the first need root")
+    script = str(ROOT / "scripts" / "engine_quota.sh")
+    daemon_json = Path("/etc/docker/daemon.json")
+    before = daemon_json.read_text() if daemon_json.exists() else None
+    as_nobody = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "bash", script, "200G"]
+    said = subprocess.run(as_nobody, capture_output=True, text=True)
+    assert said.returncode == 1 and "run it as root" in said.stderr, said
+    said = subprocess.run(["bash", script, "lots"], capture_output=True, text=True)
+    assert said.returncode == 2 and "usage" in said.stderr, said
+    if xfs_quota_problem() is not None:  # this kernel: refused before anything is made
+        said = subprocess.run(["bash", script, "200G"], capture_output=True, text=True)
+        assert said.returncode == 1 and "no quota support (CONFIG_XFS_QUOTA" in said.stderr, said
+    else:  # a kernel with xfs quotas: refused while a container runs (the engine would restart under it)
+        client = docker.from_env()
+        busy = client.containers.run(docker_image, ["sleep", "60"], detach=True, network_mode="none")
+        try:
+            said = subprocess.run(["bash", script, "200G"], capture_output=True, text=True)
+        finally:
+            busy.remove(force=True)
+            client.close()
+        assert said.returncode == 1 and "containers are running" in said.stderr, said
+    assert "nothing changed" in said.stderr, said
+    assert (daemon_json.read_text() if daemon_json.exists() else None) == before
+    assert not Path("/var/lib/docker-xfs.img").exists()
