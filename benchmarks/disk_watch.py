@@ -35,7 +35,7 @@ def host_cpu_s() -> float:
 
 
 async def measure(folders: int, checks: int) -> dict[str, float]:
-    box = await Sandbox.create(SandboxConfig(run_id="bench-disk", cpus=1.0, memory="1g", disk="20g"))
+    box = await Sandbox.create(SandboxConfig(run_id="bench-disk", cpus=1.0, memory="1g", tmp_size="512m", disk="20g"))
     try:
         if not box.disk.enabled:
             sys.exit("this engine sizes containers itself: there is no disk watch to measure")

@@ -116,7 +116,9 @@ async def concurrent_throughput(config: SandboxConfig, sessions: int, seconds: f
 
 
 async def main_async(args: argparse.Namespace) -> dict:
-    config = SandboxConfig(image=args.image or "", run_id="benchmark", cpus=1.0, memory="512m")
+    config = SandboxConfig(
+        image=args.image or "", run_id="benchmark", cpus=1.0, memory="512m", tmp_size="128m", shm_size="64m"
+    )
     overhead = await command_overhead(config, args.commands)
     cold = await cold_ready(config, args.cold)
     warm = await warm_acquire(config, args.warm)

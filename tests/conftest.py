@@ -141,7 +141,7 @@ def docker_image() -> str:
 
 @pytest.fixture
 def sandbox_config(docker_image: str) -> SandboxConfig:
-    return SandboxConfig(image=docker_image, run_id="pytest", cpus=1.0, memory="1g")
+    return SandboxConfig(image=docker_image, run_id="pytest", cpus=1.0, memory="1g", tmp_size="512m")
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ def make_env(tmp_path: Path, docker_image: str, **kwargs):
         trajectory_dir=str(tmp_path / "trajectories"),
         container_cpus=1.0,
         container_memory="1g",
+        container_tmp="512m",  # with /dev/shm, what fits a 1g container (SandboxConfig's memory budget)
         pool_size=0,
         run_id=f"pytest-env-{os.getpid()}",
     )

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 from pydantic_core import PydanticUndefined
 
-from air.sandbox.config import SandboxConfig
+from air.sandbox.config import SandboxConfig, memory_budget_problem
 
 _MARK = "sandbox_field"  # in the env field's json_schema_extra: the SandboxConfig field it sets
 
@@ -46,3 +46,16 @@ def sandbox_config(settings: BaseModel) -> SandboxConfig:
     default (``image``: $AIR_IMAGE, else the recipe's tag)."""
     values = {field: getattr(settings, key) for key, field in sandbox_keys(type(settings)).items()}
     return SandboxConfig(**{field: value for field, value in values.items() if value is not None})
+
+
+def memory_budget(settings: BaseModel) -> str | None:
+    """``memory_budget_problem`` for ``settings``' sandbox keys, naming them as the env does (a key left ``None``
+    or absent: the sandbox's default)."""
+    by_field = {field: key for key, field in sandbox_keys(type(settings)).items()}
+    names, values = [], []
+    for field in ("memory", "tmp_size", "shm_size"):
+        key = by_field.get(field)
+        value = getattr(settings, key) if key else None
+        names.append(key or field)
+        values.append(SandboxConfig.model_fields[field].default if value is None else value)
+    return memory_budget_problem(*values, keys=(names[0], names[1], names[2]))

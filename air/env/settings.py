@@ -7,10 +7,10 @@ import difflib
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from air.env.rewards import RewardSettings
-from air.env.sandbox_keys import sandbox_config, sandbox_key
+from air.env.sandbox_keys import memory_budget, sandbox_config, sandbox_key
 from air.sandbox.config import SandboxConfig, parse_env_gpu
 
 
@@ -111,6 +111,13 @@ class MLGymEnvSettings(BaseModel):
         parse_env_gpu(value)
         return value
 
+    @model_validator(mode="after")
+    def _memory_budget(self) -> MLGymEnvSettings:
+        problem = memory_budget(self)  # /tmp and /dev/shm full must leave a shell room below the memory limit
+        if problem:
+            raise ValueError(problem)
+        return self
+
     def sandbox_config(self) -> SandboxConfig:
         """The container settings of this env's rollouts, made from its sandbox keys (``sandbox_keys``)."""
         return sandbox_config(self)
@@ -146,6 +153,8 @@ def _problems(exc: ValidationError) -> list[tuple[str, str]]:
             guess = difflib.get_close_matches(str(err["loc"][-1]), known, n=1)
             hint = f" (did you mean {guess[0]!r}?)" if guess else f" (known: {', '.join(sorted(known))})"
             problems.append((key, f"unknown argument{hint}"))
+        elif not err["loc"]:  # a check across keys (the memory budget): its message names them and their values
+            problems.append((key, str(err["msg"]).removeprefix("Value error, ")))
         else:
             problems.append((key, said_with_input(err)))
     return problems

@@ -8,7 +8,7 @@ import socket
 from typing import Annotated
 
 import psutil
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 LABEL = "air.managed"
 LABEL_RUN = "air.run"
@@ -57,6 +57,51 @@ Size = Annotated[str, AfterValidator(_size)]
 SizeOrNone = Annotated[str, AfterValidator(_size_or_none)]  # '' is no limit
 
 
+# Files in a tmpfs cost kernel memory that no kill frees, bytes or not (an empty file: 1.0 KiB measured, 1.5 KiB
+# with a 255-byte name; a hard link is counted as one more). Each of /tmp and /dev/shm may hold one file per
+# INODE_BYTES of its size, at least MIN_INODES (pip's and torch's caches, sockets), so its files cost at most
+# INODE_BYTES / INODE_KERNEL_BYTES (1/8) of its size on top of it.
+INODE_BYTES = 16 << 10
+MIN_INODES = 4096
+INODE_KERNEL_BYTES = 2 << 10  # the budget's cost of one file, above the 1.5 KiB measured
+# What the container must keep free with /tmp and /dev/shm full: a new shell for the agent, and root's exec.
+SHELL_ROOM = 64 << 20
+
+
+def tmpfs_inodes(size: int) -> int:
+    """The most files (nr_inodes) a tmpfs of ``size`` bytes may hold."""
+    return max(MIN_INODES, size // INODE_BYTES)
+
+
+def _held(size: int) -> int:
+    """What a tmpfs of ``size`` bytes may hold in memory, full: its bytes and the kernel memory of its files."""
+    return size + tmpfs_inodes(size) * INODE_KERNEL_BYTES
+
+
+def _mib(count: int, *, up: bool) -> str:
+    return f"{(count + ((1 << 20) - 1 if up else 0)) >> 20}m"
+
+
+def memory_budget_problem(memory: str, tmp: str, shm: str, keys: tuple[str, str, str]) -> str | None:
+    """None when /tmp (``tmp``) and /dev/shm (``shm``), full of bytes and files, leave a new shell and root's exec
+    room below ``memory``; else one line naming ``keys`` (memory's, tmp's, shm's) and what would fit. Memory
+    full of what no kill frees once masked a rollout."""
+    limit, need = size_bytes(memory), _held(size_bytes(tmp)) + _held(size_bytes(shm)) + SHELL_ROOM
+    if need <= limit:
+        return None
+    memory_key, tmp_key, shm_key = keys
+    room = limit - _held(size_bytes(shm)) - SHELL_ROOM  # for /tmp, with /dev/shm as it is
+    most_tmp = room * INODE_BYTES // (INODE_BYTES + INODE_KERNEL_BYTES)
+    if tmpfs_inodes(most_tmp) > most_tmp // INODE_BYTES:  # under the floor: its files cost a fixed amount
+        most_tmp = room - MIN_INODES * INODE_KERNEL_BYTES
+    lower = f" or lower {tmp_key} to {_mib(most_tmp, up=False)}" if most_tmp >= 1 << 20 else ""
+    return (
+        f"{tmp_key} ({tmp}) plus {shm_key} ({shm}), with the kernel memory of their files and room for a new "
+        f"shell and root's exec ({_mib(SHELL_ROOM, up=True)}), need {_mib(need, up=True)} of {memory_key} "
+        f"({memory}): raise {memory_key} to {_mib(need, up=True)}{lower}"
+    )
+
+
 def parse_env_gpu(env_gpu: str | None) -> list[str]:
     """``"7"`` or ``"6,7"`` -> device ids; ``None``/``""`` -> no GPU."""
     if env_gpu is None or str(env_gpu).strip() == "":
@@ -96,8 +141,15 @@ class SandboxConfig(BaseModel):
         description="Largest file the agent may write (a hard RLIMIT_FSIZE on its shell and the evaluation's "
         "agent-side processes, on every engine); '' for no limit.",
     )
-    tmp_size: Size = Field(default="1g", description="Size of a container's /tmp (tmpfs, counts as memory).")
-    shm_size: Size = Field(default="256m", description="Size of a container's /dev/shm (counts as memory).")
+    tmp_size: Size = Field(
+        default="1g",
+        description="Size of a container's /tmp (tmpfs, counts as memory; one file per 16 KiB of it, at least 4096).",
+    )
+    shm_size: Size = Field(
+        default="256m",
+        description="Size of a container's /dev/shm (tmpfs, counts as memory; one file per 16 KiB of it, at least "
+        "4096). With /tmp, and their files' kernel memory (1/8 of their size), it must leave 64m of `memory` free.",
+    )
     network: bool = Field(default=False, description="Give the container a network (off by default).")
     env_gpu: str | None = Field(default=None, description="GPUs for the container: '7' or '6,7'.")
     ttl_s: int = Field(default=12 * 3600, gt=0, description="Dead-man switch: container lifetime.")
@@ -112,6 +164,13 @@ class SandboxConfig(BaseModel):
     )
     run_id: str = Field(default="default", description="Label naming the run that owns the containers (air clean).")
     environment: dict[str, str] = Field(default_factory=dict, description="Extra environment variables.")
+
+    @model_validator(mode="after")
+    def _check_memory_budget(self) -> SandboxConfig:
+        problem = memory_budget_problem(self.memory, self.tmp_size, self.shm_size, ("memory", "tmp_size", "shm_size"))
+        if problem:
+            raise ValueError(problem)
+        return self
 
     @field_validator("env_gpu")
     @classmethod

@@ -1,5 +1,5 @@
 """What a container may write: a disk quota where the engine can size containers, a watch where it cannot,
-a per-file limit and sized /tmp, /dev/shm everywhere.
+a per-file limit and sized /tmp, /dev/shm everywhere (bytes and files).
 
 The quota is the engine's own storage option (``storage_opt={"size": ...}``): the kernel answers a write
 past it with "No space left on device" inside the container, so an agent's runaway file fails there
@@ -12,7 +12,8 @@ passed, ``disk_watch`` checks the container's writable size against the limit in
 one short warning the first time an engine is used (remembered per engine ID across processes, in the
 user's cache), the whole story at INFO (a run's ``run.log``) every time. On every engine the agent's shell
 caps each file it and its programs write
-(``max_file_size``, see ``protocol.shell_argv``), and /tmp and /dev/shm are tmpfs mounts of their own size.
+(``max_file_size``, see ``protocol.shell_argv``), and /tmp and /dev/shm are tmpfs mounts of their own size and
+number of files (``tmpfs_options``).
 
 No sized volume stands in where the driver cannot size: the only volume an ext4 host's engine sizes is a
 tmpfs, which would charge the workspace's files (datasets, checkpoints) to the container's memory limit.
@@ -31,7 +32,7 @@ from typing import Any
 
 import docker
 
-from air.sandbox.config import SIZE_UNITS, SandboxConfig
+from air.sandbox.config import SIZE_UNITS, SandboxConfig, size_bytes, tmpfs_inodes
 from air.sandbox.engine import DOCKER_ERRORS
 
 log = logging.getLogger(__name__)
@@ -148,10 +149,17 @@ def human_size(count: int) -> str:
     return f"{count}B"
 
 
+def tmpfs_options(size: str) -> str:
+    """A tmpfs of ``size`` with a bound on its files (``nr_inodes``): an empty file costs no bytes but kernel
+    memory that no kill frees, and without a bound a container's memory filled with them."""
+    return f"rw,nosuid,nodev,mode=1777,size={size},nr_inodes={tmpfs_inodes(size_bytes(size))}"
+
+
 def storage_kwargs(config: SandboxConfig, driver: str | None) -> dict[str, Any]:
-    """The ``containers.run`` arguments that bound what the container writes, on an engine with ``driver``."""
-    options = "rw,nosuid,nodev,mode=1777"
-    kwargs: dict[str, Any] = {"tmpfs": {"/tmp": f"{options},size={config.tmp_size}"}, "shm_size": config.shm_size}
+    """The ``containers.run`` arguments that bound what the container writes, on an engine with ``driver``.
+    /dev/shm is a tmpfs mount of ours, not ``shm_size`` (which has no inode bound): the engine then makes none."""
+    tmpfs = {"/tmp": tmpfs_options(config.tmp_size), "/dev/shm": tmpfs_options(config.shm_size)}
+    kwargs: dict[str, Any] = {"tmpfs": tmpfs}
     if config.disk and driver is not None and can_size(driver):
         kwargs["storage_opt"] = {"size": config.disk}
     return kwargs

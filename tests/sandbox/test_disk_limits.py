@@ -33,8 +33,11 @@ def test_the_quota_goes_only_to_engines_that_can_size_a_container():
         assert "storage_opt" not in storage_kwargs(config, driver), driver  # the engine would refuse to start it
     assert "storage_opt" not in storage_kwargs(config.model_copy(update={"disk": ""}), "btrfs")
     kwargs = container_kwargs(config, owner_labels("r"), "overlay2 on extfs")
-    assert kwargs["tmpfs"] == {"/tmp": "rw,nosuid,nodev,mode=1777,size=64m"}
-    assert kwargs["shm_size"] == "32m"
+    assert kwargs["tmpfs"] == {
+        "/tmp": "rw,nosuid,nodev,mode=1777,size=64m,nr_inodes=4096",
+        "/dev/shm": "rw,nosuid,nodev,mode=1777,size=32m,nr_inodes=4096",
+    }
+    assert "shm_size" not in kwargs
 
 
 @pytest.mark.parametrize(
@@ -165,7 +168,14 @@ async def test_a_runaway_file_hits_the_quota_and_the_rollout_goes_on(tmp_path, d
 async def small_disk(docker_image):
     """A sandbox whose files may take 64 MiB, 8 MiB each, checked every half second at most."""
     config = SandboxConfig(
-        image=docker_image, run_id="pytest", cpus=1.0, memory="1g", disk="64m", max_file_size="8m", disk_check_s=0.5
+        image=docker_image,
+        run_id="pytest",
+        cpus=1.0,
+        memory="1g",
+        tmp_size="512m",
+        disk="64m",
+        max_file_size="8m",
+        disk_check_s=0.5,
     )
     sandbox = await Sandbox.create(config)
     try:

@@ -216,7 +216,7 @@ def test_gpu_strings_become_device_requests() -> None:
 
 
 async def test_32_sessions_from_one_event_loop(sandbox_config: SandboxConfig) -> None:
-    config = sandbox_config.model_copy(update={"cpus": 0.5, "memory": "256m"})
+    config = sandbox_config.model_copy(update={"cpus": 0.5, "memory": "256m", "tmp_size": "64m", "shm_size": "32m"})
     sandboxes = await asyncio.gather(*(Sandbox.create(config) for _ in range(32)))
     try:
 

@@ -184,7 +184,9 @@ async def test_the_check_finds_one_file_the_agent_can_write(docker_image: str, c
     from air.sandbox.container import Sandbox
     from air.tasks import trusted_python
 
-    sandbox = await Sandbox.create(SandboxConfig(image=docker_image, run_id="pytest", cpus=1.0, memory="1g"))
+    sandbox = await Sandbox.create(
+        SandboxConfig(image=docker_image, run_id="pytest", cpus=1.0, memory="1g", tmp_size="512m")
+    )
     try:
         trusted_python._CHECKED.clear()
         assert (await trusted_python.evaluation_python(sandbox)).python == "/usr/bin/python3"

@@ -118,7 +118,9 @@ def test_containers_of_dead_owners_are_planned_and_removed(docker_image: str, mo
     # another run's) reaps the orphan first, and this test's plan would take in theirs.
     monkeypatch.setattr(socket, "gethostname", lambda: f"pytest-clean-{os.getpid()}")
     client = docker.from_env()
-    config = SandboxConfig(image=docker_image, run_id="pytest-clean", ttl_s=300, cpus=0.5, memory="256m")
+    config = SandboxConfig(
+        image=docker_image, run_id="pytest-clean", ttl_s=300, cpus=0.5, memory="256m", tmp_size="64m", shm_size="32m"
+    )
     dead_owner = subprocess.Popen([sys.executable, "-c", "pass"])
     dead_started = psutil.Process(dead_owner.pid).create_time()
     dead_owner.wait()
