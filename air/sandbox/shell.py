@@ -20,6 +20,7 @@ from docker.models.containers import Container
 
 from air.sandbox.engine import DOCKER_ERRORS
 from air.sandbox.errors import SandboxDied, ShellEnded, ShellUnstartable
+from air.sandbox.memory_full import memory_full
 from air.sandbox.protocol import (
     SHELL_ENV,
     Capture,
@@ -333,28 +334,36 @@ class Shell:
 
     async def _start_again(self, cwd: str) -> bool:
         """Start a new shell. One that cannot start in a running container had its pids or memory taken by the
-        agent's processes: they are killed and a shell started once more (True). If it still cannot start while
-        the container runs and answers root, the agent made it so (``ShellUnstartable``: its failure, penalised);
-        only a container that stopped or an engine that does not answer is the host's (``SandboxDied``)."""
+        agent's processes: they are killed and a shell started once more (True; thrice while root fails too). If it
+        still cannot start while the container runs and answers root, or runs with its memory full of what no kill
+        frees (``memory_full``), the agent made it so (``ShellUnstartable``: its failure, penalised); only a
+        container that stopped or an engine that does not answer is the host's."""
         try:
             await self.start(cwd=cwd)
             return False
         except ShellEnded:
             self.close()
-        try:
-            await asyncio.to_thread(self._container.exec_run, kill_agent_argv(), user=self._config.user)
-        except DOCKER_ERRORS as exc:
-            raise await self._died(f"cannot end the agent's processes to start a new shell: {exc}") from exc
-        try:
-            await self.start(cwd=cwd)
-        except ShellEnded as exc:
-            if await self._root_answers():
-                raise ShellUnstartable(
-                    "no new shell could start although the container runs and answers: every process of the agent "
-                    f"was killed first ({exc})"
-                ) from exc
-            raise
-        return True
+        for pause in (0.0, 1.0, 2.0):  # root's exec fails too while an OOM storm lasts; what it killed frees memory
+            await asyncio.sleep(pause)
+            try:
+                await asyncio.to_thread(self._container.exec_run, kill_agent_argv(), user=self._config.user)
+            except DOCKER_ERRORS as exc:
+                raise await self._died(f"cannot end the agent's processes to start a new shell: {exc}") from exc
+            # Asked of the engine before another exec: each one into a full container is one more OOM kill, and once
+            # the agent's are gone the killer takes the container's keep-alive (it stops, and that would mask).
+            if full := await asyncio.to_thread(memory_full, self._container):  # the agent's files, not the host's
+                raise ShellUnstartable(f"no new shell could start: {full}")
+            try:
+                await self.start(cwd=cwd)
+                return True
+            except ShellEnded as exc:
+                if await self._root_answers():
+                    raise ShellUnstartable(
+                        "no new shell could start although the container runs and answers: every process of the "
+                        f"agent was killed first ({exc})"
+                    ) from exc
+                ended = exc
+        raise ended
 
     async def _root_answers(self) -> bool:
         """The container runs and an exec as root in it completes: the host's side of it is sound."""
