@@ -109,6 +109,20 @@ async def run_attack(tmp_path: Path, docker_image: str, commands: list[str], *, 
     return output, record
 
 
+def past_the_memory_budget(monkeypatch, **sizes: str) -> None:
+    """The env's containers get ``sizes`` (SandboxConfig fields: memory, tmp_size, shm_size) without the memory
+    budget's refusal (``model_construct``): a setting refused at load, played as if it had passed."""
+    from air.env.settings import MLGymEnvSettings
+    from air.sandbox.config import SandboxConfig
+
+    real = MLGymEnvSettings.sandbox_config
+
+    def oversized(self):
+        return SandboxConfig.model_construct(**{**real(self).model_dump(), **sizes})
+
+    monkeypatch.setattr(MLGymEnvSettings, "sandbox_config", oversized)
+
+
 # ------------------------------------------------------------------------------ the agent's commands
 
 

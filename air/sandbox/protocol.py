@@ -40,9 +40,10 @@ def shell_argv(max_file_bytes: int = 0) -> list[str]:
     in bash's 1024-byte blocks; 0: none). ``ulimit -f`` sets the hard limit with the soft one, so the agent cannot
     raise it again; where it fails, the engine already set a lower hard limit, which then holds."""
     limit = f"ulimit -f {-(-max_file_bytes // 1024)} 2>/dev/null; " if max_file_bytes else ""
-    # The agent's processes (they inherit it) are the OOM killer's first choice, before root's keep-alive: a
-    # container whose memory is full would otherwise lose it and stop, a host failure to the pool.
-    first_to_go = "echo 1000 >/proc/self/oom_score_adj 2>/dev/null; "
+    # The agent's processes (they inherit it) weigh 1% of memory more to the OOM killer: chosen before root's tiny
+    # keep-alive (a container whose memory is full lost it, stopped, and the pool took it for a host failure), still
+    # after a larger evaluation, as by their size alone.
+    first_to_go = "echo 10 >/proc/self/oom_score_adj 2>/dev/null; "
     # stderr joins stdout before bash starts, so its start-up chatter ("no job control in this shell")
     # arrives in order, ahead of the first marker, instead of on Docker's separately-ordered stream.
     return ["bash", "-c", f"{limit}{first_to_go}PS1= PS2= exec bash --noprofile --norc --noediting +m -i 2>&1"]

@@ -15,7 +15,7 @@ import pytest
 from air.sandbox.container import reset_docker_client
 from air.sandbox.errors import ShellEnded
 from air.sandbox.shell import Shell
-from tests.red_team import heredoc, run_attack
+from tests.red_team import heredoc, past_the_memory_budget, run_attack
 
 pytestmark = pytest.mark.docker
 
@@ -117,9 +117,11 @@ async def test_a_shell_that_cannot_start_in_a_live_container_is_the_agents_failu
 
 
 @pytest.mark.timeout(300)
-async def test_an_evaluation_the_oom_killer_ends_says_so(tmp_path, docker_image):
+async def test_an_evaluation_the_oom_killer_ends_says_so(tmp_path, docker_image, monkeypatch):
     """Files in /tmp (a tmpfs, counted against the container's memory) leave the evaluation no memory: it fails,
-    saying why (it read "ran past its budget (300 s)" after a second), and goes through once they are gone."""
+    saying why (it read "ran past its budget (300 s)" after a second), and goes through once they are gone. (A /tmp
+    as large as memory, which the memory budget now refuses at load: within it, full tmpfs mounts leave room.)"""
+    past_the_memory_budget(monkeypatch, memory="1g", tmp_size="1g")
     commands = [
         "cp sample_submission.csv submission.csv && head -c 970M /dev/zero > /tmp/fill; validate",
         "rm /tmp/fill; validate",

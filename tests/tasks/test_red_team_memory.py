@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import pytest
 
-from air.env.settings import MLGymEnvSettings
 from air.policies.scripted import ScriptPolicy
-from air.sandbox.config import SandboxConfig
 from tests import rollouts
-from tests.red_team import make_env, run_attack
+from tests.red_team import make_env, past_the_memory_budget, run_attack
 
 pytestmark = pytest.mark.docker
 
@@ -76,14 +74,7 @@ async def test_memory_full_of_what_no_kill_frees_is_the_agents_forfeit(tmp_path,
     """/tmp as large as the memory limit (refused at load, built here past the check): bytes in it, then empty
     files made by the shell's builtins, fill the container's memory until no new shell (nor root's exec) can
     start. The container runs and the engine answers: the rollout ends with the no-score reward, never masked."""
-    real = MLGymEnvSettings.sandbox_config
-
-    def oversized(self):
-        fields = real(self).model_dump()
-        fields.update(memory="1g", tmp_size="1g", shm_size="64m")
-        return SandboxConfig.model_construct(**fields)  # past the memory budget's refusal
-
-    monkeypatch.setattr(MLGymEnvSettings, "sandbox_config", oversized)
+    past_the_memory_budget(monkeypatch, memory="1g", tmp_size="1g", shm_size="64m")
     # Each step eats what the last one's killed processes gave back; the rollout ends at the first that leaves
     # no room for a new shell (the steps after it are not played).
     fills = [f"i=0; while : > /tmp/b{n}_$i; do i=$((i+1)); done; echo made $i" for n in range(8)]
