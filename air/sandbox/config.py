@@ -57,13 +57,14 @@ Size = Annotated[str, AfterValidator(_size)]
 SizeOrNone = Annotated[str, AfterValidator(_size_or_none)]  # '' is no limit
 
 
-# Files in a tmpfs cost kernel memory that no kill frees, bytes or not (an empty file: 1.0 KiB measured, 1.5 KiB
-# with a 255-byte name; a hard link is counted as one more). Each of /tmp and /dev/shm may hold one file per
+# Files in a tmpfs cost kernel memory that no kill frees, bytes or not (an empty file: 0.9 KiB measured, 1.5 KiB
+# with a 255-byte name; a hard link counts as one more file, and extended attributes draw on the same allowance:
+# 2.0 KiB of memory per file allowed at worst, 217-byte values). Each of /tmp and /dev/shm may hold one file per
 # INODE_BYTES of its size, at least MIN_INODES (pip's and torch's caches, sockets), so its files cost at most
-# INODE_BYTES / INODE_KERNEL_BYTES (1/8) of its size on top of it.
+# INODE_KERNEL_BYTES / INODE_BYTES (3/16) of its size on top of it.
 INODE_BYTES = 16 << 10
 MIN_INODES = 4096
-INODE_KERNEL_BYTES = 2 << 10  # the budget's cost of one file, above the 1.5 KiB measured
+INODE_KERNEL_BYTES = 3 << 10  # the budget's cost of one file, above the 2.0 KiB measured
 # What the container must keep free with /tmp and /dev/shm full: a new shell for the agent, and root's exec.
 SHELL_ROOM = 64 << 20
 
@@ -148,7 +149,7 @@ class SandboxConfig(BaseModel):
     shm_size: Size = Field(
         default="256m",
         description="Size of a container's /dev/shm (tmpfs, counts as memory; one file per 16 KiB of it, at least "
-        "4096). With /tmp, and their files' kernel memory (1/8 of their size), it must leave 64m of `memory` free.",
+        "4096). With /tmp, and their files' kernel memory (3/16 of their size), it must leave 64m of `memory` free.",
     )
     network: bool = Field(default=False, description="Give the container a network (off by default).")
     env_gpu: str | None = Field(default=None, description="GPUs for the container: '7' or '6,7'.")

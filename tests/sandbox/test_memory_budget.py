@@ -32,12 +32,12 @@ def test_tmp_and_shm_that_leave_no_room_below_the_memory_limit_are_refused_at_lo
     said = error["msg"].removeprefix("Value error, ")
     assert said == (
         "tmp_size (1g) plus shm_size (256m), with the kernel memory of their files and room for a new shell and "
-        "root's exec (64m), need 1504m of memory (1g): raise memory to 1504m or lower tmp_size to 597m"
+        "root's exec (64m), need 1584m of memory (1g): raise memory to 1584m or lower tmp_size to 552m"
     )
-    SandboxConfig(memory="1g", tmp_size="597m")  # what it says fits, fits
-    with pytest.raises(ValidationError, match="raise memory to 1506m"):
-        SandboxConfig(memory="1504m", tmp_size="1g", shm_size="257m")
-    SandboxConfig(memory="1504m")
+    SandboxConfig(memory="1g", tmp_size="552m")  # what it says fits, fits
+    with pytest.raises(ValidationError, match="raise memory to 1586m"):
+        SandboxConfig(memory="1584m", tmp_size="1g", shm_size="257m")
+    SandboxConfig(memory="1584m")
     SandboxConfig()  # the defaults fit: 1g + 256m of 4g
     with pytest.raises(ValidationError, match=r"need \d+m of memory \(256m\): raise memory to \d+m \[type"):
         SandboxConfig(memory="256m", tmp_size="128m", shm_size="200m")  # no /tmp would fit: one fix named
@@ -70,7 +70,7 @@ def test_memory_held_by_no_process_is_what_neither_kill_nor_reclaim_frees():
 
 
 def test_a_full_budget_still_leaves_room_for_a_shell():
-    config = SandboxConfig(memory="1g", tmp_size="597m")
+    config = SandboxConfig(memory="1g", tmp_size="552m")
     held = sum(
         size_bytes(size) + tmpfs_inodes(size_bytes(size)) * INODE_KERNEL_BYTES
         for size in (config.tmp_size, config.shm_size)
