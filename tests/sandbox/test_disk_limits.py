@@ -20,7 +20,7 @@ from air.sandbox.config import SandboxConfig, owner_labels, size_bytes
 from air.sandbox.container import Sandbox, container_kwargs, reset_docker_client
 from air.sandbox.disk_watch import MIN_DELAY_S, DiskWatch
 from air.sandbox.protocol import shell_argv
-from air.sandbox.storage import human_size, quota_refused_hint, storage_kwargs, watches_disk
+from air.sandbox.storage import NO_PQUOTA, human_size, quota_refused_hint, quota_summary, storage_kwargs, watches_disk
 from tests.red_team import check_rollout, run_attack
 from tests.second_engine import SecondEngine
 
@@ -38,6 +38,17 @@ def test_the_quota_goes_only_to_engines_that_can_size_a_container():
         "/dev/shm": "rw,nosuid,nodev,mode=1777,size=32m,nr_inodes=4096",
     }
     assert "shm_size" not in kwargs
+
+
+def test_air_check_says_which_an_engine_has():
+    assert quota_summary("overlay2 on xfs") == (
+        True,
+        "engine quota (overlay2 on xfs, pquota): each container's writes stop at its disk limit",
+    )
+    quota, said = quota_summary("overlay2 on extfs")
+    assert not quota and said.startswith("watched (no quota: overlay2 on extfs)"), said
+    assert "sudo bash scripts/engine_quota.sh" in said, said
+    assert not quota_summary(NO_PQUOTA)[0]
 
 
 @pytest.mark.parametrize(

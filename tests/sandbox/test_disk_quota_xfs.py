@@ -20,7 +20,7 @@ import pytest
 
 from air.sandbox.config import SandboxConfig
 from air.sandbox.container import Sandbox, reset_docker_client
-from air.sandbox.storage import NO_PQUOTA, quota_summary, storage_driver
+from air.sandbox.storage import NO_PQUOTA, storage_driver
 from tests.red_team import check_rollout, honest_evaluation, run_attack
 from tests.second_engine import (  # noqa: F401  (fixtures)
     SecondEngine,
@@ -40,17 +40,6 @@ ATTACKS = {
     "fallocate": "for i in 1 2 3; do touch f$i && fallocate -n -l 1G f$i || break; done",
     "folders": "python3 -c \"import os; os.mkdir('m'); [os.mkdir(f'm/{i}') for i in range(250000)]\"",
 }
-
-
-def test_air_check_says_which_an_engine_has():
-    assert quota_summary("overlay2 on xfs") == (
-        True,
-        "engine quota (overlay2 on xfs, pquota): each container's writes stop at its disk limit",
-    )
-    quota, said = quota_summary("overlay2 on extfs")
-    assert not quota and said.startswith("watched (no quota: overlay2 on extfs)"), said
-    assert "sudo bash scripts/engine_quota.sh" in said, said
-    assert not quota_summary(NO_PQUOTA)[0]
 
 
 def _on(engine: SecondEngine, monkeypatch) -> docker.DockerClient:
