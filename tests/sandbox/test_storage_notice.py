@@ -81,7 +81,10 @@ def test_the_warning_is_one_line_once_per_engine_across_processes(
     assert not [line for line in second if line.startswith("WARNING")], second
     for lines in (first, second):  # the whole story, at INFO, each time
         (detail,) = [line for line in lines if line.startswith("INFO")]
-        assert "Each file the agent writes is still capped" in detail and "For a quota, run dockerd" in detail
+        assert (
+            "Each file the agent writes is still capped" in detail
+            and "For a quota, `sudo bash scripts/engine_quota" in detail
+        )
     from air.sandbox.storage import notice_marker
 
     engine_id = unsized_engine.info()["ID"]
