@@ -3,7 +3,8 @@
 # containers. For rehearsing an env server "elsewhere" (air rehearse --external-env-server).
 #   bash scripts/second_docker_engine.sh start DIR [IMAGE...]   # starts dockerd, copies the images into it
 #   bash scripts/second_docker_engine.sh start DIR --btrfs SIZE [IMAGE...]   # its data root on a btrfs
-#       file of SIZE (loop-mounted, storage driver btrfs): an engine that can give containers a disk quota
+#       file of SIZE (loop-mounted, storage driver btrfs, simple quotas: scripts/btrfs_simple_quota.py says why):
+#       an engine that can give containers a disk quota
 #   bash scripts/second_docker_engine.sh start DIR --xfs SIZE [IMAGE...]     # its data root on an xfs file
 #       of SIZE mounted with project quotas (-o loop,pquota; storage driver overlay2): the quota most hosts
 #       can have (scripts/engine_quota.sh gives the main engine one the same way); --xfs-noquota SIZE: the
@@ -59,6 +60,11 @@ start)
                         "pquota: dmesg says 'quota support not available')" >&2
                     exit 1
                 }
+                if [[ "$fs" == btrfs ]]; then
+                    # Full quotas (dockerd's own) stop counting once a container is removed: simple ones do not.
+                    python3 "$(dirname "$0")/btrfs_simple_quota.py" "$dir/data" ||
+                        echo "warning: btrfs full quotas: limits may stop holding once a container is removed" >&2
+                fi
             fi
         fi
         # exec-root holds containerd's sockets: a short path keeps them under the 108-byte limit.

@@ -1,16 +1,19 @@
 """Issue 50, item 2: the quota most hosts can have, overlay2 on xfs with project quotas (``--storage-opt size=``),
-and what happens on an engine on xfs without them.
+what happens on an engine on xfs without them, and scripts/engine_quota.sh, which gives the main engine one (xfs
+with pquota where the kernel has xfs quotas, else btrfs with simple quotas).
 
 Each engine here is a second one (scripts/second_docker_engine.sh --xfs / --xfs-noquota: its data root on an xfs
 loop file). With pquota every attack of the disk round stops at the limit inside the container (the write fails:
 "No space left on device" or "Disk quota exceeded") and the container's upper folder holds no more than the
 limit. Without pquota the engine says "overlay2 on xfs" yet refuses the size: air finds it out once and watches
 instead, where before every sandbox failed to start. A kernel built without CONFIG_XFS_QUOTA (this machine's)
-refuses pquota: the quota tests skip there, saying so; scripts/engine_quota.sh refuses too, changing nothing.
+refuses pquota: the quota tests skip there, saying so; engine_quota.sh --fs xfs refuses too, changing nothing,
+and without --fs takes btrfs (its real work is tested here on paths of the test's own, never the main engine).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -24,6 +27,7 @@ from air.sandbox.storage import NO_PQUOTA, storage_driver
 from tests.red_team import check_rollout, honest_evaluation, run_attack
 from tests.second_engine import (  # noqa: F401  (fixtures)
     SecondEngine,
+    quota_engine,
     xfs_noquota_engine,
     xfs_quota_engine,
     xfs_quota_problem,
@@ -32,6 +36,7 @@ from tests.second_engine import (  # noqa: F401  (fixtures)
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.xdist_group("one_at_a_time")]
 
 ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = str(ROOT / "scripts" / "engine_quota.sh")
 FULL = ("No space left on device", "Disk quota exceeded")
 # The disk round's attacks, each run in the workspace under a 200m limit (benchmarks/disk_overshoot.py measures
 # them on the host's disk).
@@ -110,25 +115,30 @@ async def test_an_engine_on_xfs_without_pquota_is_watched_not_refused(on_xfs_noq
         await box.destroy()
 
 
+def _engine_quota(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", SCRIPT, *args], capture_output=True, text=True, env=env, timeout=300)
+
+
 def test_engine_quota_sh_refuses_and_changes_nothing(docker_image):
     if os.geteuid() != 0:
         pytest.skip("the refusals past the first need root")
-    script = str(ROOT / "scripts" / "engine_quota.sh")
     daemon_json = Path("/etc/docker/daemon.json")
     before = daemon_json.read_text() if daemon_json.exists() else None
-    as_nobody = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "bash", script, "200G"]
+    as_nobody = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "bash", SCRIPT, "200G"]
     said = subprocess.run(as_nobody, capture_output=True, text=True)
     assert said.returncode == 1 and "run it as root" in said.stderr, said
-    said = subprocess.run(["bash", script, "lots"], capture_output=True, text=True)
-    assert said.returncode == 2 and "usage" in said.stderr, said
+    for wrong in (["lots"], ["--fs", "zfs", "200G"], ["--fs", "xfs"]):
+        said = _engine_quota(*wrong)
+        assert said.returncode == 2 and "usage" in said.stderr, (wrong, said)
+    # Never the plain SIZE here: on this machine it would move the main engine, which other suites use, to btrfs.
     if xfs_quota_problem() is not None:  # this kernel: refused before anything is made
-        said = subprocess.run(["bash", script, "200G"], capture_output=True, text=True)
+        said = _engine_quota("--fs", "xfs", "200G")
         assert said.returncode == 1 and "no quota support (CONFIG_XFS_QUOTA" in said.stderr, said
     else:  # a kernel with xfs quotas: refused while a container runs (the engine would restart under it)
         client = docker.from_env()
         busy = client.containers.run(docker_image, ["sleep", "60"], detach=True, network_mode="none")
         try:
-            said = subprocess.run(["bash", script, "200G"], capture_output=True, text=True)
+            said = _engine_quota("--fs", "xfs", "200G")
         finally:
             busy.remove(force=True)
             client.close()
@@ -136,3 +146,41 @@ def test_engine_quota_sh_refuses_and_changes_nothing(docker_image):
     assert "nothing changed" in said.stderr, said
     assert (daemon_json.read_text() if daemon_json.exists() else None) == before
     assert not Path("/var/lib/docker-xfs.img").exists()
+    assert not Path("/var/lib/docker-btrfs.img").exists()
+
+
+@pytest.mark.timeout(300)
+def test_engine_quota_sh_btrfs_route_on_a_throwaway_target(quota_engine: SecondEngine, tmp_path):  # noqa: F811
+    """The btrfs route's real work (a btrfs file, mounted, simple quotas on, fstab, daemon.json) on paths of the
+    test's own (AIR_QUOTA_*: dockerd is then left alone), asking the idle quota engine whether containers run."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIR_QUOTA_")}
+    root, fstab, daemon_json = tmp_path / "root", tmp_path / "fstab", tmp_path / "daemon.json"
+    env.update(
+        DOCKER_HOST=quota_engine.address,
+        AIR_QUOTA_IMAGE=str(tmp_path / "btrfs.img"),
+        AIR_QUOTA_ROOT=str(root),
+        AIR_QUOTA_FSTAB=str(fstab),
+        AIR_QUOTA_DAEMON_JSON=str(daemon_json),
+    )
+    daemon_json.write_text('{"log-level": "warn"}\n')
+    try:
+        for _ in range(2):  # the second run finds it all done and changes nothing
+            said = _engine_quota("--fs", "btrfs", "1G", env=env)
+            assert said.returncode == 0 and "restart dockerd yourself" in said.stdout, said
+            assert json.loads(daemon_json.read_text()) == {
+                "log-level": "warn",
+                "data-root": str(root),
+                "storage-driver": "btrfs",
+            }
+            assert fstab.read_text() == f"{tmp_path}/btrfs.img {root} btrfs loop 0 0\n"
+            mounted = subprocess.run(["findmnt", "-n", "-o", "FSTYPE,UUID", str(root)], capture_output=True, text=True)
+            fstype, uuid = mounted.stdout.split()
+            assert fstype == "btrfs"
+            # Simple quotas, not the full ones dockerd would turn on (they stop counting once a container goes).
+            assert Path(f"/sys/fs/btrfs/{uuid}/qgroups/mode").read_text().strip() == "squota"
+        assert (tmp_path / "daemon.json.before-air-quota").read_text() == '{"log-level": "warn"}\n'
+        said = _engine_quota("--fs", "xfs", "1G", env=env)  # the root is btrfs: no xfs over it
+        assert said.returncode == 1 and "nothing changed" in said.stderr, said
+        assert json.loads(daemon_json.read_text())["storage-driver"] == "btrfs"
+    finally:
+        subprocess.run(["umount", str(root)], capture_output=True)
