@@ -34,6 +34,7 @@ ENTRY_BYTES = 4096  # the least a file, folder or link takes: one block of the h
 MAX_ENTRIES = 200_000  # more entries than this is a problem: the probe stops counting (~2 s for 250k folders)
 PROBE_BUDGET_S = 10.0  # a walk stops here and says so (a problem); the engine's inspect's timeout too
 PATH_MAX = 4096
+FREE = b"free\n"  # the line that asks the probe to free the blocks reserved past the end of the agent's files
 
 # Run as root: python3 -I -c PROBE <agent user> <MAX_ENTRIES> <budget s> <PATH_MAX> <enough> <roots> <ENTRY_BYTES>.
 # For each line read, one JSON line: {"entries", "bytes", "deleted", "problem"}, and "roots" after a walk from "/"
@@ -42,8 +43,9 @@ PATH_MAX = 4096
 # folder bomb in a fraction of the walk (at 200m: 51,201 folders, not 200,000). Standard library only; of what
 # the agent wrote only folders are opened (each entry is stat'ed: one lstat, some 2 us).
 PROBE = r"""
-import json, os, pwd, re, sys, time
+import json, os, pwd, re, stat, sys, time
 FULL_EVERY = 20
+BATCH = 256  # files a fork frees: as many O_PATH descriptors held at once
 user, cap, budget, path_max = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
 enough = int(sys.argv[5])  # bytes that alone pass the limit: counting further tells nothing more
 entry = int(sys.argv[7])  # the least an entry takes: one block (an empty file's inode, an empty folder)
@@ -57,7 +59,7 @@ mounts.discard("/")
 def under_mount(path):
     return any(path == m or path.startswith(m + "/") for m in mounts)
 
-def walk(out, deadline, roots, found, links):
+def walk(out, deadline, roots, found, links, keep=None):
     # (folder, whether its entries count: the agent can write it or one above it). From "/" the first time and
     # every FULL_EVERY-th: the folders the agent can write whose parent it cannot (found), kept for the walks
     # between, which start there (the agent cannot make another such folder: only root can).
@@ -107,7 +109,10 @@ def walk(out, deadline, roots, found, links):
                             continue
                         links.add((st.st_dev, st.st_ino))
                     out["bytes"] += max(0, max(st.st_blocks * 512, entry) - (0 if folder else st.st_size))
-                    if out["bytes"] >= enough:
+                    if keep is not None:  # a walk to free blocks: every file that may hold some past its end
+                        if not folder and stat.S_ISREG(st.st_mode) and may_hold(st):
+                            keep.append((e.path, st.st_dev, st.st_ino))
+                    elif out["bytes"] >= enough:
                         out["cut"] = True  # a walk from "/" cut short has not found every root
                         return None
                 if folder:
@@ -115,7 +120,7 @@ def walk(out, deadline, roots, found, links):
         if time.monotonic() > deadline:
             return f"counting its files took over {budget:g} s: delete some"
 
-def deleted_files(pid, deadline):  # [(dev, ino, size)] of pid's open deleted files; PermissionError if hidden
+def deleted_files(pid, deadline, free):  # [(dev, ino, size)] of pid's open deleted files; PermissionError if hidden
     with open(f"/proc/{pid}/status", "rb") as f:  # bytes: a name need not be UTF-8
         uids = next(line for line in f if line.startswith(b"Uid:")).split()[1:]
     files = []
@@ -128,13 +133,69 @@ def deleted_files(pid, deadline):  # [(dev, ino, size)] of pid's open deleted fi
             st = os.stat(link)
         except (FileNotFoundError, ProcessLookupError):
             continue
-        if st.st_nlink == 0:
+        if st.st_nlink == 0 and stat.S_ISREG(st.st_mode) and free:
+            files.append((st.st_dev, st.st_ino, trim(link, st)))  # what was freed of it
+        elif st.st_nlink == 0:
             files.append((st.st_dev, st.st_ino, st.st_blocks * 512))  # allocated: sparse or fallocate -n
         if time.monotonic() > deadline:
             raise TimeoutError
     return files
 
-def deleted(deadline):  # as the agent: root without CAP_SYS_PTRACE cannot read another uid's /proc/PID/fd
+def may_hold(st):  # blocks past its end, seen (more than its size asks, an extent tree's block spared) or hidden
+    alloc, whole = st.st_blocks * 512, -(-st.st_size // entry) * entry  # behind holes (sparse: fewer than its size)
+    return alloc > entry and (alloc > whole + entry or alloc < whole)
+
+def trim(link, seen):  # as the agent, on the file `link` names: its blocks past its end freed, all else kept
+    try:
+        fd = os.open(link, os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except PermissionError:  # its own file made read-only: its owner may write it again, for as long as this takes
+        if seen.st_uid != agent.pw_uid:
+            return 0
+        try:
+            os.chmod(link, stat.S_IMODE(seen.st_mode) | 0o200)
+            try:
+                fd = os.open(link, os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+            finally:
+                os.chmod(link, stat.S_IMODE(seen.st_mode))
+        except OSError:
+            return 0
+    except OSError:  # gone, leased, busy: the next stop tries again
+        return 0
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (seen.st_dev, seen.st_ino):
+            return 0
+        # ftruncate to its own size frees the blocks past it (ext4 and xfs drop a file's preallocation there);
+        # a hole punched past the end is a no-op on ext4 (it stops at the size), so it is only the second try.
+        os.ftruncate(fd, st.st_size)
+        if may_hold(os.fstat(fd)):
+            punch(fd, st.st_size)
+        try:
+            os.utime(fd, ns=(st.st_atime_ns, st.st_mtime_ns))  # ftruncate set its times: as they were
+        except OSError:
+            pass
+        return max(0, st.st_blocks - os.fstat(fd).st_blocks) * 512
+    except OSError:
+        return 0
+    finally:
+        os.close(fd)
+
+def punch(fd, size):  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE from its end to the largest offset allowed
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong]
+    start, low, high = -(-size // entry) * entry, size, (1 << 63) - 1
+    while low < high:  # the file system's largest offset: the most lseek takes
+        mid = (low + high + 1) // 2
+        try:
+            os.lseek(fd, mid, os.SEEK_SET)
+            low = mid
+        except OSError:
+            high = mid - 1
+    if low > start:
+        libc.fallocate(fd, 3, start, low - start)
+
+def deleted(deadline, free=False):  # as the agent: root without CAP_SYS_PTRACE cannot read another uid's /proc/PID/fd
     total, seen = 0, set()
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -143,7 +204,7 @@ def deleted(deadline):  # as the agent: root without CAP_SYS_PTRACE cannot read 
         # not dumpable, so unreadable: asked again before it is called one that hides its files.
         for pause in (0.02, 0.1, 0.3, None):
             try:
-                files = deleted_files(pid, deadline)
+                files = deleted_files(pid, deadline, free)
                 break
             except TimeoutError:
                 return total, f"reading its processes' open files took over {budget:g} s"
@@ -162,37 +223,72 @@ def deleted(deadline):  # as the agent: root without CAP_SYS_PTRACE cannot read 
             return total, f"reading its processes' open files took over {budget:g} s"
     return total, None
 
+def as_agent(work):  # work() run in a fork that drops to the agent's uid and groups: its JSON answer, or None
+    try:
+        r, w = os.pipe()
+        pid = os.fork()
+    except OSError:  # every pid taken (a fork bomb): the shell's restart frees them
+        return None
+    if pid == 0:
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setgid(agent.pw_gid)
+            os.setuid(agent.pw_uid)
+            os.write(w, json.dumps(work()).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        text = f.read()
+    os.waitpid(pid, 0)
+    return json.loads(text) if text else None
+
 def measure(roots, full):
     out, deadline, found = {"entries": 0, "bytes": 0, "deleted": 0, "problem": None}, time.monotonic() + budget, []
     out["problem"] = walk(out, deadline, [] if full else roots, found, set())
     if full and out["problem"] is None and not out.get("cut"):
         roots[:] = found
     if out["problem"] is None:
-        try:
-            r, w = os.pipe()
-            pid = os.fork()
-        except OSError as exc:  # every pid taken (a fork bomb): the shell's restart frees them
-            out["problem"] = f"no process could start to read its open files ({exc.strerror})"
+        answer = as_agent(lambda: deleted(deadline))
+        out["deleted"], out["problem"] = answer or (0, "the open-file reader failed")
+    return out
+
+def free(roots):  # blocks reserved past the end of the agent's files (open deleted ones too) freed: what was
+    out, deadline, keep = {"entries": 0, "bytes": 0, "freed": 0, "files": 0}, time.monotonic() + budget, []
+    out["problem"] = walk(out, deadline, roots, [], set(), keep)  # as root: it stats, opens nothing of the agent's
+    for start in range(0, len(keep), BATCH):
+        fds = []
+        for path, dev, ino in keep[start : start + BATCH]:
+            try:  # O_PATH: no read, no write, no side effect; the fork reopens what it pins, as the agent
+                fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except OSError:
+                continue
+            st = os.fstat(fd)
+            if stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) == (dev, ino):  # what the walk saw, not a swap
+                fds.append((fd, st))
+            else:
+                os.close(fd)
+        freed = as_agent(lambda: [trim(f"/proc/self/fd/{fd}", st) for fd, st in fds]) or []
+        for fd, _ in fds:
+            os.close(fd)
+        out["freed"] += sum(freed)
+        out["files"] += sum(1 for n in freed if n)
+        if time.monotonic() > deadline:
+            out["problem"] = f"freeing its reserved blocks took over {budget:g} s"
             return out
-        if pid == 0:
-            try:
-                os.close(r)
-                os.setgroups([])
-                os.setgid(agent.pw_gid)
-                os.setuid(agent.pw_uid)
-                os.write(w, json.dumps(deleted(deadline)).encode())
-            finally:
-                os._exit(0)
-        os.close(w)
-        with os.fdopen(r) as f:
-            text = f.read()
-        os.waitpid(pid, 0)
-        out["deleted"], out["problem"] = json.loads(text) if text else (0, "the open-file reader failed")
+    answer = as_agent(lambda: deleted(deadline, free=True)) or (0, "the open-file reader failed")
+    out["freed"] += answer[0]
+    out["problem"] = out["problem"] or answer[1]
     return out
 
 roots = json.loads(sys.argv[6])  # where the agent could write in this image's last container ([]: unknown)
-for number, _ in enumerate(iter(sys.stdin.readline, "")):  # one measure per line asked; EOF: the watch is done
-    full = number % FULL_EVERY == 0 and not (number == 0 and roots)
+number = 0
+for line in iter(sys.stdin.readline, ""):  # one answer per line asked; EOF: the watch is done
+    if line == "free\n":
+        print(json.dumps(free(roots)), flush=True)
+        continue
+    full, number = number % FULL_EVERY == 0 and not (number == 0 and roots), number + 1
     out = measure(roots, full)
     if full and out["problem"] is None and not out.pop("cut", False):
         out["roots"] = roots
@@ -220,13 +316,13 @@ class ProbeSession:
         self._sock, self._decoder, self._pending = self._owner._sock, FrameDecoder(), b""
         return self._sock
 
-    def ask(self, timeout: float) -> str:
-        """One measure's JSON line. Raises OSError (the probe is gone: the next ask starts another) or the engine's
-        errors (no exec could start)."""
+    def ask(self, timeout: float, request: bytes = b"\n") -> str:
+        """The JSON line answering ``request`` (an empty line: a measure; ``FREE``: free reserved blocks). Raises
+        OSError (the probe is gone: the next ask starts another) or the engine's errors (no exec could start)."""
         sock = self._sock or self._open()
         try:
             sock.settimeout(timeout)
-            sock.sendall(b"\n")
+            sock.sendall(request)
             while b"\n" not in self._pending:
                 data = sock.recv(1 << 16)
                 if not data:
@@ -251,6 +347,15 @@ class ProbeSession:
 # image id -> the folders its containers' agent could write whose parent it could not (their probes' walks start
 # there; a walk from "/" every FULL_EVERY-th check finds any new one): a walk of the image's whole tree saved.
 ROOTS_OF_IMAGE: dict[str, list[str]] = {}
+
+
+def parse_freed(text: str) -> tuple[int, int, str | None]:
+    """(bytes freed, files trimmed, problem) from the probe's answer to ``FREE``."""
+    try:
+        found = json.loads(text)
+        return int(found["freed"]), int(found["files"]), found["problem"]
+    except (ValueError, KeyError, TypeError):
+        return 0, 0, f"its reserved blocks could not be freed ({text[-200:]!r})"
 
 
 def parse(text: str, image: str = "") -> tuple[int, int, str | None]:

@@ -61,6 +61,7 @@ import requests
 
 from air.sandbox.disk_probe import (
     ENTRY_BYTES,
+    FREE,
     MAX_ENTRIES,
     PATH_MAX,
     PROBE,
@@ -68,6 +69,7 @@ from air.sandbox.disk_probe import (
     ROOTS_OF_IMAGE,
     ProbeSession,
     parse,
+    parse_freed,
 )
 from air.sandbox.engine import DOCKER_ERRORS
 from air.sandbox.protocol import kill_agent_argv
@@ -182,6 +184,7 @@ class DiskWatch:
                 self._shell.halt(f"command stopped: {note}")
                 async with self._shell.lock:
                     await self._stop_writers()
+                    await asyncio.to_thread(self._free)  # the writers gone first: none reserves again meanwhile
             return note
 
     def could_be_over(self) -> bool:
@@ -256,6 +259,27 @@ class DiskWatch:
         if not isinstance(size, int) or size < 0:  # -1: the engine's walk failed (a path past PATH_MAX)
             return f"the Docker engine could not size it (SizeRw {size}): delete any path longer than {PATH_MAX} bytes"
         return size
+
+    def _free(self) -> None:
+        """Free the blocks reserved past the end of the agent's files (``fallocate -n``, open deleted files too):
+        one call reserves gigabytes at once, so no check comes soon enough; freed at the stop, not at the agent's rm
+        (``disk_probe``: as the agent, content, size and times kept)."""
+        if self._session is None:
+            return
+        try:
+            freed, files, problem = parse_freed(self._session.ask(timeout=PROBE_BUDGET_S + 10, request=FREE))
+        except (OSError, *DOCKER_ERRORS) as exc:  # the next stop tries again
+            log.warning("could not free reserved blocks in sandbox %s: %s", self._container.short_id, exc)
+            return
+        if freed or problem:
+            note = f"; {problem}" if problem else ""
+            log.info(
+                "sandbox %s: freed %s reserved past the end of %d files%s",
+                self._container.short_id,
+                human_size(freed),
+                files,
+                note,
+            )
 
     async def _stop_writers(self) -> None:
         argv = kill_agent_argv(spare_pid=self._shell.pid or 0)  # every process of the agent but its shell

@@ -77,8 +77,10 @@ FIRST_FOLDERS = FOLDERS.replace("print('never')", "print('never'); import time; 
 
 
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize(("attack", "clean"), [(RESERVE, "rm -f ~/f? ~/s"), (FIRST_FOLDERS, "rm -rf ~/m")])
-async def test_reserved_blocks_and_folders_are_counted_within_the_command(tmp_path, docker_image, attack, clean):
+@pytest.mark.parametrize(
+    ("attack", "clean", "held"), [(RESERVE, "rm -f ~/f? ~/s", False), (FIRST_FOLDERS, "rm -rf ~/m", True)]
+)
+async def test_reserved_blocks_and_folders_are_counted_within_the_command(tmp_path, docker_image, attack, clean, held):
     if can_size(storage_driver(docker.from_env())):
         pytest.skip("this engine sizes containers itself: tests/sandbox/test_disk_quota_xfs.py covers its quota")
     commands = [attack, "validate", f"{clean}; ls ~", "validate"]
@@ -87,6 +89,9 @@ async def test_reserved_blocks_and_folders_are_counted_within_the_command(tmp_pa
     said = record.turns[0].output
     assert "never" not in said and "disk limit" in said, said  # stopped during the command, with the message
     over = record.turns[1].evaluation
-    assert over is not None and over.status == "evaluation_failed" and "disk limit" in over.error, over
+    if held:
+        assert over is not None and over.status == "evaluation_failed" and "disk limit" in over.error, over
+    else:  # the stop freed the reserved blocks (tests/tasks/test_red_team_fallocate.py): nothing is over
+        honest_evaluation(record, 1)
     assert "disk limit" not in record.turns[2].output, record.turns[2].output
     honest_evaluation(record, 3)  # files deleted: the next evaluation is whole

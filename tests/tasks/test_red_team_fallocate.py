@@ -1,0 +1,89 @@
+"""Issue 50, item 2, through the rollout path: `fallocate -n` reserves gigabytes past a file's end in one call (its
+size stays put: max_file_size never applies). The watch saw it at the next check and stopped the agent, but the
+blocks stayed on the host's disk until the agent deleted the files or the rollout ended (6 GiB under a 200m
+limit). Now the stop frees them: measured from the host (the container's upper folder, as
+benchmarks/disk_fallocate.py does), the files still there with their sizes, the evaluation after whole."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+from dataclasses import dataclass, field
+from typing import Any
+
+import docker
+import pytest
+
+from air.policies.scripted import ScriptPolicy
+from air.sandbox.config import LABEL_RUN
+from air.sandbox.storage import can_size, storage_driver
+from tests import rollouts
+from tests.red_team import check_rollout, honest_evaluation, make_env
+
+pytestmark = pytest.mark.docker
+
+LIMIT = 200 << 20
+# 3 x 1 GiB reserved on empty files, 1 GiB past the end of a 100M one, 1 GiB on a file deleted but held open by
+# the agent's shell itself (fd 3: the stop kills every process of the agent but its shell).
+RESERVE = (
+    "cd ~ && for i in 1 2 3; do touch f$i && fallocate -n -l 1G f$i || break; done; truncate -s 100M s && "
+    "fallocate -n -o 100M -l 1G s; exec 3> ~/held; fallocate -n -l 1G ~/held; rm ~/held; sleep 8; echo never"
+)
+SIZES = "stat -c '%n %s' ~/f1 ~/f2 ~/f3 ~/s; ls -l /proc/$$/fd/3"
+
+
+def upper_bytes(run_id: str) -> int:
+    """Blocks the run's one container takes on the host's disk: its upper folder (st_blocks, hard links once)
+    plus the files its processes hold open after deleting them."""
+    (container,) = docker.from_env().containers.list(filters={"label": f"{LABEL_RUN}={run_id}"})
+    upper = container.attrs["GraphDriver"]["Data"]["UpperDir"]
+    du = subprocess.run(["du", "-s", "--block-size=1", upper], capture_output=True, text=True, check=True)
+    held = 0
+    for row in container.top(ps_args="-eo pid")["Processes"]:
+        folder = f"/proc/{row[0]}/fd"
+        for fd in os.listdir(folder) if os.path.isdir(folder) else []:
+            try:
+                if os.readlink(f"{folder}/{fd}").endswith(" (deleted)"):
+                    held += os.stat(f"{folder}/{fd}").st_blocks * 512
+            except OSError:
+                continue
+    return int(du.stdout.split()[0]) + held
+
+
+@dataclass
+class MeasuringScript(ScriptPolicy):
+    """The commands in order; before sending command ``at``, the host's bytes of the run's container are taken."""
+
+    run_id: str = ""
+    at: int = 0
+    measured: list[int] = field(default_factory=list)
+
+    def respond(self, messages: list[dict[str, Any]], rng: random.Random) -> str:
+        if sum(1 for m in messages if m.get("role") == "assistant") == self.at:
+            self.measured.append(upper_bytes(self.run_id))
+        return super().respond(messages, rng)
+
+
+@pytest.mark.timeout(400)
+async def test_blocks_reserved_past_the_end_leave_the_host_at_the_stop(tmp_path, docker_image):
+    if can_size(storage_driver(docker.from_env())):
+        pytest.skip("this engine sizes containers itself: tests/sandbox/test_disk_quota_xfs.py covers its quota")
+    # Measured before the validate: the stat waited for the shell, so for the stop (kill, then free) to end.
+    commands = [RESERVE, SIZES, "validate"]
+    run_id = f"pytest-fallocate-{os.getpid()}"
+    env = make_env(tmp_path, docker_image, max_turns=len(commands), container_disk="200m", run_id=run_id)
+    policy = MeasuringScript(commands, run_id=run_id, at=2)
+    (output,) = await rollouts.run_group(env, policy, "laneMerge")
+    (record,) = rollouts.trajectories(tmp_path)
+    assert [t.command for t in record.turns] == commands, "not every step of the attack ran"
+    check_rollout(output, record)  # not masked
+    said = record.turns[0].output
+    assert "never" not in said and "disk limit" in said, said  # stopped during the command, with the message
+    (held,) = policy.measured
+    assert held <= LIMIT, f"{held / 2**30:.2f} GiB still on the host's disk after the stop (limit 200m)"
+    sizes = record.turns[1].output
+    for name, size in (("f1", 0), ("f2", 0), ("f3", 0), ("s", 100 << 20)):
+        assert f"/home/agent/{name} {size}" in sizes, sizes  # the files are still there, their sizes kept
+    assert "(deleted)" in sizes, sizes  # the deleted file is still held open by the shell
+    honest_evaluation(record, 2)  # nothing over the limit is left: the evaluation is whole
