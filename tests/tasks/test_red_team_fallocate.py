@@ -65,12 +65,12 @@ class MeasuringScript(ScriptPolicy):
         return super().respond(messages, rng)
 
 
-@pytest.mark.timeout(400)
-async def test_blocks_reserved_past_the_end_leave_the_host_at_the_stop(tmp_path, docker_image):
+async def reserve_then_look(tmp_path, docker_image, attack: str, look: str):
+    """A rollout of ``attack``, ``look`` and a validate; the host's bytes of the container taken after ``look``
+    (it waited for the shell, so for the stop, kill then free, to end). Returns the record."""
     if can_size(storage_driver(docker.from_env())):
         pytest.skip("this engine sizes containers itself: tests/sandbox/test_disk_quota_xfs.py covers its quota")
-    # Measured before the validate: the stat waited for the shell, so for the stop (kill, then free) to end.
-    commands = [RESERVE, SIZES, "validate"]
+    commands = [attack, look, "validate"]
     run_id = f"pytest-fallocate-{os.getpid()}"
     env = make_env(tmp_path, docker_image, max_turns=len(commands), container_disk="200m", run_id=run_id)
     policy = MeasuringScript(commands, run_id=run_id, at=2)
@@ -82,8 +82,32 @@ async def test_blocks_reserved_past_the_end_leave_the_host_at_the_stop(tmp_path,
     assert "never" not in said and "disk limit" in said, said  # stopped during the command, with the message
     (held,) = policy.measured
     assert held <= LIMIT, f"{held / 2**30:.2f} GiB still on the host's disk after the stop (limit 200m)"
+    honest_evaluation(record, 2)  # nothing over the limit is left: the evaluation is whole
+    return record
+
+
+@pytest.mark.timeout(400)
+async def test_blocks_reserved_past_the_end_leave_the_host_at_the_stop(tmp_path, docker_image):
+    record = await reserve_then_look(tmp_path, docker_image, RESERVE, SIZES)
     sizes = record.turns[1].output
     for name, size in (("f1", 0), ("f2", 0), ("f3", 0), ("s", 100 << 20)):
         assert f"/home/agent/{name} {size}" in sizes, sizes  # the files are still there, their sizes kept
     assert "(deleted)" in sizes, sizes  # the deleted file is still held open by the shell
-    honest_evaluation(record, 2)  # nothing over the limit is left: the evaluation is whole
+
+
+# Hidden from a free done by path as the agent: a file of mode 0 (its owner cannot open it), one under a folder of
+# mode 0 (cannot be reached), one with data before the reservation (its content must stay), a link to root's file.
+HIDDEN = (
+    "cd ~ && head -c 1M /dev/urandom > data && md5sum data > sum && fallocate -n -o 1M -l 1G data && touch ro && "
+    "fallocate -n -l 1G ro && chmod 0 ro && mkdir shut && touch shut/x && fallocate -n -l 1G shut/x && chmod 0 shut "
+    "&& ln -s /etc/passwd link && sleep 8; echo never"
+)
+LOOK = "cd ~ && stat -c '%n %s %a' data ro shut && md5sum -c sum && chmod 700 shut && stat -c '%n %s %a' shut/x"
+
+
+@pytest.mark.timeout(400)
+async def test_reserved_blocks_hidden_from_their_owner_are_freed_too(tmp_path, docker_image):
+    record = await reserve_then_look(tmp_path, docker_image, HIDDEN, LOOK)
+    said = record.turns[1].output
+    for line in ("data 1048576 644", "ro 0 0", "shut 4096 0", "data: OK", "shut/x 0 644"):
+        assert line in said, said  # sizes, modes and content as the agent left them
