@@ -13,6 +13,18 @@ It adds the blocks of files deleted but still open in the agent's processes (the
 CAP_SYS_PTRACE cannot read them). It walks by the directory's path, never follows a link, stops at ``MAX_ENTRIES``
 (a problem), at the bytes that alone pass the limit (enough said), and at ``PROBE_BUDGET_S``.
 
+Asked ``FREE`` (the watch's stop, over the limit), it frees the blocks reserved past the end of the agent's files,
+which ``fallocate -n`` takes by the gigabyte in one call: their content, size, mode and times kept. Its walk (as
+root: it only stats) keeps each regular file that may hold some: more blocks than its size asks by over a block, or
+fewer (a sparse file may hide a reservation past its end). Root pins each with ``O_PATH | O_NOFOLLOW`` (no read,
+no write) and keeps it only if it is the regular file the walk saw (dev, ino); a fork dropped to the agent's uid
+reopens it through ``/proc/self/fd`` (the pinned file, not a path the agent could swap: a folder of mode 0 on
+the way does not hide it) with ``O_WRONLY | O_NONBLOCK | O_NOCTTY`` (a lease fails, never waits), chmods its own
+read-only file writable for that moment, and truncates it to its own size: ext4 and xfs free what lies past
+it (a hole punched there is a no-op on ext4). Nothing is done as root to the agent's files, nothing the agent
+could not do itself. Then, in a fork as the agent, the same for its processes' open deleted files (the
+``/proc/PID/fd`` links). Bounded like a measure: ``MAX_ENTRIES``, ``PROBE_BUDGET_S`` (and a batch of ``BATCH``).
+
 One process for the container's life, not an exec per check: an exec costs the engine some 90 ms of CPU, which at
 32 containers checked every 10 s was a tenth of a 2-core host's rollouts. Its walk starts where the agent can
 write (found by a walk from ``/`` the first time and every 20th), not at ``/``. The agent can neither signal,
@@ -37,7 +49,8 @@ PATH_MAX = 4096
 FREE = b"free\n"  # the line that asks the probe to free the blocks reserved past the end of the agent's files
 
 # Run as root: python3 -I -c PROBE <agent user> <MAX_ENTRIES> <budget s> <PATH_MAX> <enough> <roots> <ENTRY_BYTES>.
-# For each line read, one JSON line: {"entries", "bytes", "deleted", "problem"}, and "roots" after a walk from "/"
+# For each empty line read, one JSON line: {"entries", "bytes", "deleted", "problem"}, and "roots" after a walk
+# from "/"; for FREE, {"freed" (bytes), "files", "problem"}
 # (the host keeps them per image and hands them to the image's next probe, whose first walk then starts there).
 # It stops counting at <enough> bytes, which pass the limit on their own: a small limit is found passed by a
 # folder bomb in a fraction of the walk (at 200m: 51,201 folders, not 200,000). Standard library only; of what
@@ -133,8 +146,8 @@ def deleted_files(pid, deadline, free):  # [(dev, ino, size)] of pid's open dele
             st = os.stat(link)
         except (FileNotFoundError, ProcessLookupError):
             continue
-        if st.st_nlink == 0 and stat.S_ISREG(st.st_mode) and free:
-            files.append((st.st_dev, st.st_ino, trim(link, st)))  # what was freed of it
+        if st.st_nlink == 0 and free:  # what was freed of it
+            files.append((st.st_dev, st.st_ino, trim(link, st) if stat.S_ISREG(st.st_mode) and may_hold(st) else 0))
         elif st.st_nlink == 0:
             files.append((st.st_dev, st.st_ino, st.st_blocks * 512))  # allocated: sparse or fallocate -n
         if time.monotonic() > deadline:
@@ -165,13 +178,13 @@ def trim(link, seen):  # as the agent, on the file `link` names: its blocks past
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (seen.st_dev, seen.st_ino):
             return 0
-        # ftruncate to its own size frees the blocks past it (ext4 and xfs drop a file's preallocation there);
-        # a hole punched past the end is a no-op on ext4 (it stops at the size), so it is only the second try.
+        # Truncated to its own size: ext4 and xfs free the blocks past the size (ext4 "even if i_size didn't
+        # change"). Not a hole punched past the end: ext4 stops a punch at the size, a no-op there (measured).
         os.ftruncate(fd, st.st_size)
-        if may_hold(os.fstat(fd)):
-            punch(fd, st.st_size)
-        try:
-            os.utime(fd, ns=(st.st_atime_ns, st.st_mtime_ns))  # ftruncate set its times: as they were
+        try:  # ftruncate set its times and, as any write by its owner, dropped set-id bits: as they were
+            os.utime(fd, ns=(st.st_atime_ns, st.st_mtime_ns))
+            if os.fstat(fd).st_mode != st.st_mode:
+                os.fchmod(fd, stat.S_IMODE(st.st_mode))
         except OSError:
             pass
         return max(0, st.st_blocks - os.fstat(fd).st_blocks) * 512
@@ -179,21 +192,6 @@ def trim(link, seen):  # as the agent, on the file `link` names: its blocks past
         return 0
     finally:
         os.close(fd)
-
-def punch(fd, size):  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE from its end to the largest offset allowed
-    import ctypes
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong]
-    start, low, high = -(-size // entry) * entry, size, (1 << 63) - 1
-    while low < high:  # the file system's largest offset: the most lseek takes
-        mid = (low + high + 1) // 2
-        try:
-            os.lseek(fd, mid, os.SEEK_SET)
-            low = mid
-        except OSError:
-            high = mid - 1
-    if low > start:
-        libc.fallocate(fd, 3, start, low - start)
 
 def deleted(deadline, free=False):  # as the agent: root without CAP_SYS_PTRACE cannot read another uid's /proc/PID/fd
     total, seen = 0, set()
@@ -226,8 +224,13 @@ def deleted(deadline, free=False):  # as the agent: root without CAP_SYS_PTRACE 
 def as_agent(work):  # work() run in a fork that drops to the agent's uid and groups: its JSON answer, or None
     try:
         r, w = os.pipe()
+    except OSError:
+        return None
+    try:
         pid = os.fork()
     except OSError:  # every pid taken (a fork bomb): the shell's restart frees them
+        os.close(r)
+        os.close(w)
         return None
     if pid == 0:
         try:
@@ -254,7 +257,7 @@ def measure(roots, full):
         out["deleted"], out["problem"] = answer or (0, "the open-file reader failed")
     return out
 
-def free(roots):  # blocks reserved past the end of the agent's files (open deleted ones too) freed: what was
+def free(roots):  # the blocks reserved past the end of the agent's files (open deleted ones too) freed, counted
     out, deadline, keep = {"entries": 0, "bytes": 0, "freed": 0, "files": 0}, time.monotonic() + budget, []
     out["problem"] = walk(out, deadline, roots, [], set(), keep)  # as root: it stats, opens nothing of the agent's
     for start in range(0, len(keep), BATCH):
