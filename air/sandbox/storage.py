@@ -43,11 +43,12 @@ _SIZING_DRIVERS = ("btrfs", "zfs")  # size any container; overlay2 only on xfs (
 _drivers: weakref.WeakKeyDictionary[docker.DockerClient, str] = weakref.WeakKeyDictionary()
 _asking = threading.Lock()  # the pool starts many containers at once: one question, one warning
 
-QUOTA_STEP = "sudo bash scripts/engine_quota.sh 200G"  # the one-line step: the engine's data root on xfs with pquota
+# The one-line step: the engine's data root on xfs with pquota, or on btrfs where this kernel's xfs has no quotas.
+QUOTA_STEP = "sudo bash scripts/engine_quota.sh 200G"
 HOW_TO_GET_ONE = (
-    f"`{QUOTA_STEP}` moves the engine's data root onto an xfs file with project quotas (or run dockerd with its "
-    "data root on xfs mounted with pquota, or on btrfs with --storage-driver btrfs), or set the disk limit to '' "
-    "to go without"
+    f"`{QUOTA_STEP}` moves the engine's data root onto a file that sizes containers: xfs with project quotas, or "
+    "btrfs with simple quotas where this kernel's xfs has none (or run dockerd on such a file system yourself), or "
+    "set the disk limit to '' to go without"
 )
 NO_PQUOTA = "overlay2 on xfs without pquota"
 
@@ -165,15 +166,32 @@ def storage_kwargs(config: SandboxConfig, driver: str | None) -> dict[str, Any]:
     return kwargs
 
 
-def quota_summary(driver: str | None) -> tuple[bool, str]:
-    """(whether containers get a quota, the line ``air check`` prints) for an engine with ``driver``."""
+def quota_route(proc: Path = Path("/proc"), sys: Path = Path("/sys")) -> str:
+    """The file system ``scripts/engine_quota.sh`` would take on this machine: "xfs" where the kernel's xfs has
+    quotas (``/proc/fs/xfs/xqm``: CONFIG_XFS_QUOTA), "btrfs" where its loaded xfs has none and its btrfs has simple
+    quotas, "" where that cannot be told (xfs not loaded yet: the script's trial mount decides)."""
+    if (proc / "fs" / "xfs" / "xqm").exists():
+        return "xfs"
+    if (proc / "fs" / "xfs").is_dir() and (sys / "fs" / "btrfs" / "features" / "simple_quota").exists():
+        return "btrfs"
+    return ""
+
+
+def quota_summary(driver: str | None, route: str | None = None) -> tuple[bool, str]:
+    """(whether containers get a quota, the line ``air check`` prints) for an engine with ``driver``; ``route``:
+    ``quota_route()``'s answer (asked when None), named in the step to get one."""
     if driver is not None and can_size(driver):
         how = "overlay2 on xfs, pquota" if driver == "overlay2 on xfs" else driver
         return True, f"engine quota ({how}): each container's writes stop at its disk limit"
+    route = quota_route() if route is None else route
+    here = {
+        "xfs": " (here: xfs with project quotas)",
+        "btrfs": " (here: btrfs with simple quotas, as this kernel's xfs has no quotas)",
+    }.get(route, "")
     return False, (
         f"watched (no quota: {driver or 'the engine did not say'}): a fast writer gets past the limit until the "
         f"next check, fallocate by up to what the disk holds (docs/sandbox.md#disk-quota); one-line step to get "
-        f"one: `{QUOTA_STEP}`"
+        f"one: `{QUOTA_STEP}`{here}"
     )
 
 
