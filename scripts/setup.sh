@@ -54,7 +54,8 @@ have python3 || missing+=(python3)
 if ! have uv && ! python3 -m pip --version >/dev/null 2>&1; then missing+=(python3-pip); fi
 { have docker && have dockerd; } || missing+=(docker.io)
 { have debootstrap || [[ -x /usr/sbin/debootstrap ]]; } || missing+=(debootstrap)
-# btrfs-progs: the disk-quota tests run a second engine on a btrfs file (ext4's overlay2 cannot size containers).
+# btrfs-progs: the disk-quota tests run a second engine on a btrfs file (ext4's overlay2 cannot size containers),
+# and scripts/engine_quota.sh's btrfs route (kernels whose xfs has no quotas) makes one.
 { have mkfs.btrfs || [[ -x /usr/sbin/mkfs.btrfs ]] || [[ -x /sbin/mkfs.btrfs ]]; } || missing+=(btrfs-progs)
 # xfsprogs: and on an xfs file with project quotas (overlay2's quota; scripts/engine_quota.sh uses it too).
 { have mkfs.xfs || [[ -x /usr/sbin/mkfs.xfs ]] || [[ -x /sbin/mkfs.xfs ]]; } || missing+=(xfsprogs)
