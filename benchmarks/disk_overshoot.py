@@ -152,7 +152,12 @@ async def attack(name: str, disk: str) -> dict[str, object]:
             "last_line": last,
         }
     finally:
-        await box.destroy()
+        try:
+            await box.destroy()
+        except Exception as exc:  # dockerd's btrfs driver walks every folder before deleting: 250k can take minutes
+            print(
+                f"{name}: the container's removal did not return ({exc}); the engine goes on with it", file=sys.stderr
+            )
 
 
 async def main() -> None:
@@ -163,18 +168,19 @@ async def main() -> None:
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("run as root: the container's upper folder is read on the host")
-    rows = [await attack(name, args.disk) for name in args.attacks]
     if args.json:
-        print(json.dumps(rows, indent=1))
+        print(json.dumps([await attack(name, args.disk) for name in args.attacks], indent=1))
         return
     print(f"engine: {os.environ.get('DOCKER_HOST', 'default')}  limit {args.disk}")
     print("| attack | watch | peak MiB | peak / limit | counted / limit | after MiB | stopped | refused | last line |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
+    for name in args.attacks:  # each row as it comes
+        r = await attack(name, args.disk)
         counted = "-" if r["counted_x"] is None else r["counted_x"]
         print(
             f"| {r['attack']} | {r['watch']} | {r['peak_mib']} | {r['peak_x']} | {counted} "
-            f"| {r['after_mib']} | {r['stopped']} | {r['refused']} | {r['last_line']} |"
+            f"| {r['after_mib']} | {r['stopped']} | {r['refused']} | {r['last_line']} |",
+            flush=True,
         )
 
 
