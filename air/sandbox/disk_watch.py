@@ -123,6 +123,7 @@ class DiskWatch:
         self._lock = asyncio.Lock()  # one check at a time: the watch's, a command's, an evaluation's
         self._task: asyncio.Task[None] | None = None
         self._session: ProbeSession | None = None  # the container's probe, once started
+        self._free_cut = False  # the last free stopped short (its budget): reserved blocks may be left
         self._image = str(getattr(container, "attrs", {}).get("Image", "")) if container is not None else ""
 
     @property
@@ -189,6 +190,9 @@ class DiskWatch:
                 async with self._shell.lock:
                     await self._stop_writers()
                     await asyncio.to_thread(self._free)  # the writers gone first: none reserves again meanwhile
+            elif self._free_cut:  # the last free ran out of its budget: the rest now, though nothing grew
+                async with self._shell.lock:
+                    await asyncio.to_thread(self._free)
             return note
 
     def could_be_over(self) -> bool:
@@ -272,9 +276,11 @@ class DiskWatch:
             return
         try:
             freed, files, problem = parse_freed(self._session.ask(timeout=PROBE_BUDGET_S + 10, request=FREE))
-        except (OSError, *DOCKER_ERRORS) as exc:  # the next stop tries again
+        except (OSError, *DOCKER_ERRORS) as exc:  # the next check tries again
             log.warning("could not free reserved blocks in sandbox %s: %s", self._container.short_id, exc)
+            self._free_cut = True
             return
+        self._free_cut = problem is not None
         if freed or problem:
             note = f"; {problem}" if problem else ""
             log.info(
