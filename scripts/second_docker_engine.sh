@@ -40,7 +40,9 @@ start)
         command -v dockerd >/dev/null || { echo "dockerd not found: apt-get install -y docker.io" >&2; exit 1; }
         driver=()
         if [[ -n "$fs" ]]; then
-            package=btrfs-progs options=loop driver=(--storage-driver btrfs)
+            # noatime: reading a folder in a container whose quota is full commits a transaction for its atime
+            # (btrfs reserves quota for it), and dockerd's removal reads every folder: minutes, under I/O load.
+            package=btrfs-progs options=loop,noatime driver=(--storage-driver btrfs)
             if [[ "$fs" == xfs ]]; then
                 # pquota: overlay2 sizes a container (--storage-opt size) only with project quotas on.
                 package=xfsprogs options=loop$pquota driver=(--storage-driver overlay2)

@@ -95,6 +95,12 @@ async def test_fallocate_and_a_folder_bomb_stop_at_the_quota_through_the_rollout
         done.set()
         sampler.join()
     check_rollout(output, record)  # not masked
+    # Its data root (and dockerd's bind mount of it) without atime: else removing a container whose quota is full
+    # commits a transaction for each folder it reads, minutes under I/O load.
+    mounts = subprocess.run(
+        ["findmnt", "-R", "-n", "-o", "OPTIONS", str(on_quota_engine.folder / "data")], capture_output=True, text=True
+    )
+    assert mounts.stdout and all("noatime" in line.split(",") for line in mounts.stdout.split()), mounts.stdout
     for index in (0, 1):  # each attack failed inside, at the quota, and the agent's command went on
         said = record.turns[index].output
         assert any(full in said for full in FULL) and "went on" in said and "never" not in said, said
