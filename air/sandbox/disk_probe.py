@@ -13,17 +13,17 @@ It adds the blocks of files deleted but still open in the agent's processes (the
 CAP_SYS_PTRACE cannot read them). It walks by the directory's path, never follows a link, stops at ``MAX_ENTRIES``
 (a problem), at the bytes that alone pass the limit (enough said), and at ``PROBE_BUDGET_S``.
 
-Asked ``FREE`` (the watch's stop, over the limit), it frees the blocks reserved past the end of the agent's files,
-which ``fallocate -n`` takes by the gigabyte in one call: their content, size, mode and times kept. Its walk (as
-root: it only stats) keeps each regular file that may hold some: more blocks than its size asks by over a block, or
-fewer (a sparse file may hide a reservation past its end). Root pins each with ``O_PATH | O_NOFOLLOW`` (no read,
-no write) and keeps it only if it is the regular file the walk saw (dev, ino); a fork dropped to the agent's uid
-reopens it through ``/proc/self/fd`` (the pinned file, not a path the agent could swap: a folder of mode 0 on
-the way does not hide it) with ``O_WRONLY | O_NONBLOCK | O_NOCTTY`` (a lease fails, never waits), chmods its own
-read-only file writable for that moment, and truncates it to its own size: ext4 and xfs free what lies past
-it (a hole punched there is a no-op on ext4). Nothing is done as root to the agent's files, nothing the agent
-could not do itself. Then, in a fork as the agent, the same for its processes' open deleted files (the
-``/proc/PID/fd`` links). Bounded like a measure: ``MAX_ENTRIES``, ``PROBE_BUDGET_S`` (and a batch of ``BATCH``).
+Asked ``FREE`` (the watch's stop, over the limit), it frees the blocks the agent's files reserve but do not use
+(``fallocate`` takes gigabytes in one call): past a file's end (``-n``) and, inside its size, its never-written
+extents (FIEMAP's unwritten ones: they read as zeros, as the hole punched there does); content, size, mode and
+times kept. Its walk (as root: it only stats) keeps each regular file of more than a block. Root pins each with
+``O_PATH | O_NOFOLLOW`` (no read, no write) and keeps it only if it is the regular file the walk saw (dev, ino); a
+fork dropped to the agent's uid reopens it through ``/proc/self/fd`` (the pinned file, not a path the agent could
+swap: a folder of mode 0 on the way does not hide it) with ``O_WRONLY | O_NONBLOCK | O_NOCTTY`` (a lease fails,
+never waits), makes its own read-only file writable for that moment, truncates it to its own size (ext4 and xfs
+free what lies past it; a hole punched there is a no-op on ext4) and punches its unwritten extents. Nothing is
+done as root to the agent's files, nothing the agent could not do itself. Then, as the agent, the same for its
+processes' open deleted files. Bounded like a measure: ``MAX_ENTRIES``, ``PROBE_BUDGET_S``, a ``BATCH``.
 
 One process for the container's life, not an exec per check: an exec costs the engine some 90 ms of CPU, which at
 32 containers checked every 10 s was a tenth of a 2-core host's rollouts. Its walk starts where the agent can
@@ -56,7 +56,7 @@ FREE = b"free\n"  # the line that asks the probe to free the blocks reserved pas
 # folder bomb in a fraction of the walk (at 200m: 51,201 folders, not 200,000). Standard library only; of what
 # the agent wrote only folders are opened (each entry is stat'ed: one lstat, some 2 us).
 PROBE = r"""
-import json, os, pwd, re, stat, sys, time
+import fcntl, json, os, pwd, re, stat, struct, sys, time
 FULL_EVERY = 20
 BATCH = 256  # files a fork frees: as many O_PATH descriptors held at once
 user, cap, budget, path_max = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
@@ -123,7 +123,7 @@ def walk(out, deadline, roots, found, links, keep=None):
                         links.add((st.st_dev, st.st_ino))
                     out["bytes"] += max(0, max(st.st_blocks * 512, entry) - (0 if folder else st.st_size))
                     if keep is not None:  # a walk to free blocks: every file that may hold some past its end
-                        if not folder and stat.S_ISREG(st.st_mode) and may_hold(st):
+                        if not folder and stat.S_ISREG(st.st_mode) and st.st_blocks * 512 > entry:
                             keep.append((e.path, st.st_dev, st.st_ino))
                     elif out["bytes"] >= enough:
                         out["cut"] = True  # a walk from "/" cut short has not found every root
@@ -147,7 +147,7 @@ def deleted_files(pid, deadline, free):  # [(dev, ino, size)] of pid's open dele
         except (FileNotFoundError, ProcessLookupError):
             continue
         if st.st_nlink == 0 and free:  # what was freed of it
-            files.append((st.st_dev, st.st_ino, trim(link, st) if stat.S_ISREG(st.st_mode) and may_hold(st) else 0))
+            files.append((st.st_dev, st.st_ino, trim(link, st) if stat.S_ISREG(st.st_mode) and st.st_blocks > 8 else 0))
         elif st.st_nlink == 0:
             files.append((st.st_dev, st.st_ino, st.st_blocks * 512))  # allocated: sparse or fallocate -n
         if time.monotonic() > deadline:
@@ -158,7 +158,7 @@ def may_hold(st):  # blocks past its end, seen (more than its size asks, an exte
     alloc, whole = st.st_blocks * 512, -(-st.st_size // entry) * entry  # behind holes (sparse: fewer than its size)
     return alloc > entry and (alloc > whole + entry or alloc < whole)
 
-def trim(link, seen):  # as the agent, on the file `link` names: its blocks past its end freed, all else kept
+def trim(link, seen):  # as the agent, on the file `link` names: the blocks it reserves unused freed, all else kept
     try:
         fd = os.open(link, os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except PermissionError:  # its own file made read-only: its owner may write it again, for as long as this takes
@@ -180,7 +180,13 @@ def trim(link, seen):  # as the agent, on the file `link` names: its blocks past
             return 0
         # Truncated to its own size: ext4 and xfs free the blocks past the size (ext4 "even if i_size didn't
         # change"). Not a hole punched past the end: ext4 stops a punch at the size, a no-op there (measured).
-        os.ftruncate(fd, st.st_size)
+        if may_hold(st):
+            os.ftruncate(fd, st.st_size)
+        try:  # reserved inside its size (fallocate without -n): zeros, as a hole reads
+            for start, length in unwritten(fd, st.st_size):
+                punch(fd, start, length)
+        except OSError:  # no FIEMAP here
+            pass
         try:  # ftruncate set its times and, as any write by its owner, dropped set-id bits: as they were
             os.utime(fd, ns=(st.st_atime_ns, st.st_mtime_ns))
             if os.fstat(fd).st_mode != st.st_mode:
@@ -192,6 +198,25 @@ def trim(link, seen):  # as the agent, on the file `link` names: its blocks past
         return 0
     finally:
         os.close(fd)
+
+def unwritten(fd, size):  # (start, length) of the file's extents reserved, never written (FIEMAP, synced first)
+    found, start, count = [], 0, 1
+    while start < size and count:
+        answer = bytearray(struct.pack("=QQIIII", start, size - start, 1, 0, 64, 0) + bytes(56 * 64))  # SYNC
+        fcntl.ioctl(fd, 0xC020660B, answer)  # FS_IOC_FIEMAP, into the buffer (a bytes argument stops at 1 KiB)
+        count = struct.unpack_from("=I", answer, 20)[0]
+        for i in range(count):
+            logical, _, length, _, _, flags = struct.unpack_from("=QQQQQI", answer, 32 + 56 * i)
+            if flags & 0x800:  # FIEMAP_EXTENT_UNWRITTEN
+                found.append((logical, min(length, size - logical)))
+            start = logical + length if not flags & 1 else size  # FIEMAP_EXTENT_LAST
+    return found
+
+def punch(fd, start, length):  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE: its blocks freed, its size kept
+    import ctypes
+    fallocate = ctypes.CDLL(None).fallocate
+    fallocate.argtypes = [ctypes.c_int] * 2 + [ctypes.c_longlong] * 2
+    fallocate(fd, 3, start, length)
 
 def deleted(deadline, free=False):  # as the agent: root without CAP_SYS_PTRACE cannot read another uid's /proc/PID/fd
     total, seen = 0, set()

@@ -29,11 +29,12 @@ Checks run in a task of their own, never on a command's path: every ``disk_check
 limit nears (``next_delay``). Over the limit (or with a problem), each time the size has grown since the check
 before (with a problem: each check): every process of the agent but its shell is killed (the writer,
 background jobs included) and the command in flight is interrupted as a timeout would be, with the message
-at the end of its output; then the probe frees the blocks reserved past the end of the agent's files (``fallocate
--n``; open deleted files too), as the agent, their content and sizes kept (``disk_probe`` says how). Commands still
-run, so that the agent can delete files, but one that leaves the container over its limit fails with the message
-(``Sandbox.run``), and the layer that evaluates asks ``Sandbox.over_disk_limit`` first. The sandbox and the rollout
-go on: it is the agent's failure, nothing else.
+at the end of its output; then the probe frees the blocks the agent's files reserve unused (``fallocate``: past
+a file's end, never written inside it; open deleted files too), as the agent, content and sizes kept
+(``disk_probe`` says how; a free cut short by its budget goes on at the next check). Commands still run, so
+that the agent can delete files, but one that leaves the container over its limit fails with the message
+(``Sandbox.run``), and the layer that evaluates asks ``Sandbox.over_disk_limit`` first. The sandbox and the
+rollout go on: it is the agent's failure, nothing else.
 
 What it cannot see: what lands between two checks. A writer allocating at R bytes a second passes the limit by
 at most R times (the wait before the next check, ``MIN_DELAY_S`` near the limit, plus a check's cost, bounded by
@@ -41,13 +42,13 @@ the limit's worth of entries): checks come before ``FAST_WRITES`` could fill wha
 than that (a disk's writes; a folder bomb's ~64,000 folders a second) gets some 0.5-1 s of its rate past it
 (measured: benchmarks/disk_overshoot.py). ``fallocate`` is not bound by a rate: one call reserves gigabytes at
 once (``-n`` past the file's end, where ``max_file_size`` does not apply either): they stay on the host's disk
-until the next check's stop frees them (measured: 8 GiB gone about 1.1 s after passing a 200m limit,
-benchmarks/disk_fallocate.py); only a quota keeps them off it. Blocks reserved inside a file's size
-(``fallocate`` without ``-n``) are its data, counted by the engine and bounded by ``max_file_size``. Also unseen: a
-deleted file kept only by a memory mapping (its fd closed), and the open files of the evaluator's processes
-(``air-eval``, bounded by the evaluation's time). A sparse file counts at its full length, as the engine counts it
-(``disk_probe`` says why). Entries under root-owned folders the agent cannot write (root's own copies) count only
-by their bytes, through the engine.
+until the next check's stop frees them (measured: 8 GiB gone about 1 s after passing a 200m limit,
+benchmarks/disk_fallocate.py); only a quota keeps them off it. Without ``-n`` the size grows too (the engine
+counts it, ``max_file_size`` caps each file): the stop frees those blocks as well, and the sizes keep the agent
+over its limit until it deletes. Also unseen: a deleted file kept only by a memory mapping (its fd closed), and
+the open files of the evaluator's processes (``air-eval``, bounded by the evaluation's time). A sparse file
+counts at its full length, as the engine counts it (``disk_probe`` says why). Entries under root-owned folders
+the agent cannot write (root's own copies) count only by their bytes, through the engine.
 """
 
 from __future__ import annotations

@@ -66,9 +66,10 @@ class MeasuringScript(ScriptPolicy):
         return super().respond(messages, rng)
 
 
-async def reserve_then_look(tmp_path, docker_image, attack: str, look: str):
+async def reserve_then_look(tmp_path, docker_image, attack: str, look: str, over: bool = False):
     """A rollout of ``attack``, ``look`` and a validate; the host's bytes of the container taken after ``look``
-    (it waited for the shell, so for the stop, kill then free, to end). Returns the record."""
+    (it waited for the shell, so for the stop, kill then free, to end). Returns the record. ``over``: the files'
+    sizes alone pass the limit, so the validate fails with it."""
     if can_size(storage_driver(docker.from_env())):
         pytest.skip("this engine sizes containers itself: tests/sandbox/test_disk_quota_xfs.py covers its quota")
     commands = [attack, look, "validate"]
@@ -83,7 +84,11 @@ async def reserve_then_look(tmp_path, docker_image, attack: str, look: str):
     assert "never" not in said and "disk limit" in said, said  # stopped during the command, with the message
     (held,) = policy.measured
     assert held <= LIMIT, f"{held / 2**30:.2f} GiB still on the host's disk after the stop (limit 200m)"
-    honest_evaluation(record, 2)  # nothing over the limit is left: the evaluation is whole
+    if over:
+        failed = record.turns[2].evaluation
+        assert failed is not None and failed.status == "evaluation_failed" and "disk limit" in failed.error, failed
+    else:
+        honest_evaluation(record, 2)  # nothing over the limit is left: the evaluation is whole
     return record
 
 
@@ -113,3 +118,20 @@ async def test_reserved_blocks_hidden_from_their_owner_are_freed_too(tmp_path, d
     said = re.sub(r"shut/ \d+ ", "shut/ ", said)  # a folder's size is the file system's (4096 on ext4, 15 on xfs)
     for line in ("data 1048576 644", "ro 0 0", "shut/ 0", "data: OK", "shut/x 0 644"):
         assert line in said, said  # sizes, modes and content as the agent left them
+
+
+# Without -n the size grows (counted by the engine, each file capped by max_file_size, 4g), but one call still
+# reserves it all at once: 3 x 1 GiB of never-written blocks, freed at the stop (holes read as zeros, as they do).
+INSIDE = (
+    "cd ~ && head -c 1M /dev/urandom > w && md5sum < w > sum && for i in 1 2 3; do fallocate -l 1G g$i || break; "
+    "done && fallocate -o 1M -l 1G w && sleep 8; echo never"
+)
+LOOK_INSIDE = "cd ~ && stat -c '%n %s' g3 w && head -c 1M w | md5sum -c sum && cmp -n 1G g1 /dev/zero && echo zeros"
+
+
+@pytest.mark.timeout(400)
+async def test_blocks_reserved_inside_the_size_leave_the_host_at_the_stop(tmp_path, docker_image):
+    record = await reserve_then_look(tmp_path, docker_image, INSIDE, LOOK_INSIDE, over=True)
+    said = record.turns[1].output
+    assert "g3 1073741824" in said and "w 1074790400" in said, said  # sizes kept: still over the limit
+    assert "-: OK" in said and "zeros" in said, said  # the data kept, the reserved range still zeros
