@@ -21,7 +21,6 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -30,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from air.sandbox.config import SandboxConfig, size_bytes  # noqa: E402
 from air.sandbox.container import Sandbox  # noqa: E402
+from benchmarks.disk_overshoot import deleted_open_bytes, upper_bytes  # noqa: E402
 
 SAMPLE_S = 0.05
 
@@ -42,26 +42,8 @@ def attack(files: int, gib: int) -> str:
 
 
 def on_disk(upper: str, pids: list[int]) -> int:
-    du = subprocess.run(["du", "-s", "--block-size=1", upper], capture_output=True, text=True)
-    total = int(du.stdout.split()[0]) if du.stdout else 0
-    seen = set()
-    for pid in pids:
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
-        for fd in fds:
-            link = f"/proc/{pid}/fd/{fd}"
-            try:
-                if not os.readlink(link).endswith(" (deleted)"):
-                    continue
-                st = os.stat(link)
-            except OSError:
-                continue
-            if st.st_nlink == 0 and (st.st_dev, st.st_ino) not in seen:
-                seen.add((st.st_dev, st.st_ino))
-                total += st.st_blocks * 512
-    return total
+    """The container's bytes on the host's disk: its upper folder's blocks and its deleted-but-open files'."""
+    return upper_bytes(upper) + deleted_open_bytes(pids)
 
 
 def pids_of(box: Sandbox) -> list[int]:
