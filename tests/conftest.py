@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import signal
+import tempfile
 from pathlib import Path
 from typing import NoReturn
 
@@ -46,6 +47,9 @@ USER_VARIABLES = (
 )
 for _name in USER_VARIABLES:
     os.environ.pop(_name, None)
+# Session-scoped fixtures run before the per-test state folder below: they get one of their own, never the
+# user's ~/.local/state/air (process records, the evaluation secret).
+os.environ["AIR_STATE_DIR"] = tempfile.mkdtemp(prefix="air-test-state-")
 
 # One environment holds one generation of verifiers (pyproject: the classic and v1 groups conflict).
 # `.venv` (classic) runs everything but tests/v1/; `.venv-v1` (verifiers 0.4.0) runs tests/v1/ and the

@@ -52,6 +52,7 @@ SLOW_TESTS: frozenset[str] = frozenset(
         "tests/runs/test_standalone_start_checks.py::test_an_argument_error_comes_before_the_heavy_imports",
         "tests/sandbox/test_disk_blinding.py::test_empty_folders_count_and_a_big_file_after_them_is_seen",
         "tests/sandbox/test_disk_limits.py::test_a_runaway_file_hits_the_quota_and_the_rollout_goes_on",
+        "tests/sandbox/test_disk_quota.py",  # second engines on btrfs and xfs files, engine_quota.sh
         "tests/sandbox/test_engine_restart.py::test_a_lost_engine_costs_only_the_rollouts_it_was_running",
         "tests/sandbox/test_engine_restart.py::test_an_engine_that_stays_away_stops_new_rollouts_after_the_wait",
         "tests/sandbox/test_engine_restart.py::test_containers_a_quick_restart_stopped_are_never_handed_out",

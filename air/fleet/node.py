@@ -81,8 +81,8 @@ def node_env(options: NodeOptions) -> tuple[dict, str, int, list[str]]:
     if not taskset.get("evaluation_secret_file"):  # every node of the run: one secret, one group's dice
         if not options.folder.evaluation_secret.exists():
             raise FleetError(
-                f"{options.folder.evaluation_secret} is missing: run `air fleet init` on this folder again "
-                "(it keeps the keys and adds the evaluation secret)"
+                f"{options.folder.evaluation_secret} is missing: run `air fleet init DIR --config rl.toml` on this "
+                "folder again (it keeps the keys and adds the evaluation secret)"
             )
         taskset["evaluation_secret_file"] = str(options.folder.evaluation_secret)
     gpus = node_gpus()

@@ -136,7 +136,7 @@ def test_every_node_of_a_fleet_reads_the_folders_one_evaluation_secret(tmp_path:
     folder.create({"taskset": {"id": "air_mlgym"}})  # init again: the running nodes' secret is kept
     assert folder.evaluation_secret.read_text() == secret
     folder.evaluation_secret.unlink()
-    with pytest.raises(FleetError, match="evaluation.secret is missing: run `air fleet init`"):
+    with pytest.raises(FleetError, match="evaluation.secret is missing: run `air fleet init DIR --config rl.toml`"):
         node_env(NodeOptions(folder=folder, name="a"))
 
 

@@ -18,7 +18,7 @@ from air.env.trajectory_reader import iter_trajectory_paths, load_trajectory
 from air.inference.server import PolicyServer
 from air.runs.standalone import _step_inputs, rollout_sampling, sampling_seed
 from air.runs.standalone_settings import StandaloneSettings
-from tests.runs.conftest import RECORDED_RUN_ARGV
+from tests.runs.conftest import recorded_run_argv
 
 # What two runs of one seed may differ in (docs/standalone.md, --seed): times, ids and where the run is.
 STEP_TIMES = {"seconds"}
@@ -76,8 +76,8 @@ def test_two_runs_of_one_seed_give_the_same_figures(recorded_run: Path, tmp_path
     """The recorded run (laneMerge, noisy, 2 steps of 4 in groups of 2, seed 0) made again: every figure of
     steps.jsonl and summary.json and every rollout's replies, rewards and advantages repeat; the runs differ
     only in times, ids, the folder and the file times ``ls -la`` prints."""
-    again = tmp_path / "again"
-    assert main([*RECORDED_RUN_ARGV, "--output-dir", str(again), "--env-arg", f"image={docker_image}"]) == 0
+    again = recorded_run.parent / "again"  # beside the recorded run: its secret (docs/standalone.md)
+    assert main([*recorded_run_argv(again), "--env-arg", f"image={docker_image}"]) == 0
     first, second = (_steps(run) for run in (recorded_run, again))
     assert len(first) == 2 and second == first
     assert _summary(again) == _summary(recorded_run)

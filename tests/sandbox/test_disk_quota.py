@@ -33,7 +33,7 @@ from tests.second_engine import (  # noqa: F401  (fixtures)
     xfs_quota_problem,
 )
 
-pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.xdist_group("one_at_a_time")]
+pytestmark = [pytest.mark.docker, pytest.mark.xdist_group("one_at_a_time")]
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = str(ROOT / "scripts" / "engine_quota.sh")

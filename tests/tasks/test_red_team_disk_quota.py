@@ -20,7 +20,7 @@ from air.sandbox.container import reset_docker_client
 from tests.red_team import check_rollout, honest_evaluation, run_attack
 from tests.second_engine import SecondEngine, quota_engine  # noqa: F401  (fixture)
 
-pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.xdist_group("one_at_a_time")]
+pytestmark = [pytest.mark.docker, pytest.mark.xdist_group("one_at_a_time")]
 
 LIMIT = 1 << 30
 FULL = ("Disk quota exceeded", "No space left on device")
