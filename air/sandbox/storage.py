@@ -3,8 +3,9 @@ a per-file limit and sized /tmp, /dev/shm everywhere (bytes and files).
 
 The quota is the engine's own storage option (``storage_opt={"size": ...}``): the kernel answers a write
 past it with "No space left on device" inside the container, so an agent's runaway file fails there
-instead of filling the host's disk. Only some storage drivers can size a container: btrfs (its size
-counts the image's files too), zfs, and overlay2 on xfs mounted with ``pquota``. The engine's info says
+instead of filling the host's disk. Only some storage drivers can size a container: btrfs (with full
+quotas its size counts the image's files too; with the simple quotas scripts/engine_quota.sh turns on, not),
+zfs, and overlay2 on xfs mounted with ``pquota``. The engine's info says
 "overlay2" on "xfs" but not whether project quotas are on: an engine on xfs is asked once (a container
 created with the option, then removed) and one that refuses counts as "overlay2 on xfs without pquota".
 On any other, overlay2 on ext4 being most hosts' default, the engine refuses the option, so none is

@@ -24,6 +24,7 @@ import pytest
 from air.sandbox.config import SandboxConfig
 from air.sandbox.container import Sandbox, reset_docker_client
 from air.sandbox.storage import NO_PQUOTA, storage_driver
+from tests.host_disk import container_bytes
 from tests.red_team import check_rollout, honest_evaluation, run_attack
 from tests.second_engine import (  # noqa: F401  (fixtures)
     SecondEngine,
@@ -69,13 +70,6 @@ def on_xfs_noquota(xfs_noquota_engine: SecondEngine, monkeypatch):  # noqa: F811
     reset_docker_client()
 
 
-def upper_bytes(box: Sandbox) -> int:
-    box.container.reload()
-    upper = box.container.attrs["GraphDriver"]["Data"]["UpperDir"]
-    du = subprocess.run(["du", "-s", "--block-size=1", upper], capture_output=True, text=True, check=True)
-    return int(du.stdout.split()[0])
-
-
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("attack", list(ATTACKS))
 async def test_the_xfs_quota_stops_each_attack_at_the_limit(on_xfs, docker_image, attack):
@@ -87,7 +81,7 @@ async def test_the_xfs_quota_stops_each_attack_at_the_limit(on_xfs, docker_image
         result = await box.run(ATTACKS[attack], timeout=200)
         # 250,000 empty folders fit: their inodes (512 bytes each on xfs) are outside the engine's block quota.
         assert attack == "folders" or any(full in result.output for full in FULL), result.output
-        assert upper_bytes(box) <= 200 << 20  # no block past the limit on the host's disk
+        assert container_bytes(box.container, held=False) <= 200 << 20  # no block past the limit on the host's disk
     finally:
         await box.destroy()
 

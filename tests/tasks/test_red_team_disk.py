@@ -82,7 +82,7 @@ FIRST_FOLDERS = FOLDERS.replace("print('never')", "print('never'); import time; 
 )
 async def test_reserved_blocks_and_folders_are_counted_within_the_command(tmp_path, docker_image, attack, clean, held):
     if can_size(storage_driver(docker.from_env())):
-        pytest.skip("this engine sizes containers itself: tests/sandbox/test_disk_quota_xfs.py covers its quota")
+        pytest.skip("this engine sizes containers itself: tests/sandbox/test_disk_quota.py covers its quota")
     commands = [attack, "validate", f"{clean}; ls ~", "validate"]
     output, record = await run_attack(tmp_path, docker_image, commands, container_disk="200m")
     check_rollout(output, record)  # not masked

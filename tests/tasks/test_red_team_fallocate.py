@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import random
 import re
-import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +19,7 @@ from air.policies.scripted import ScriptPolicy
 from air.sandbox.config import LABEL_RUN
 from air.sandbox.storage import can_size, storage_driver
 from tests import rollouts
+from tests.host_disk import container_bytes
 from tests.red_team import check_rollout, honest_evaluation, make_env
 
 pytestmark = pytest.mark.docker
@@ -35,21 +35,9 @@ SIZES = "stat -c '%n %s' ~/f1 ~/f2 ~/f3 ~/s; ls -l /proc/$$/fd/3"
 
 
 def upper_bytes(run_id: str) -> int:
-    """Blocks the run's one container takes on the host's disk: its upper folder (st_blocks, hard links once)
-    plus the files its processes hold open after deleting them."""
+    """Blocks the run's one container takes on the host's disk, files held open after deletion included."""
     (container,) = docker.from_env().containers.list(filters={"label": f"{LABEL_RUN}={run_id}"})
-    upper = container.attrs["GraphDriver"]["Data"]["UpperDir"]
-    du = subprocess.run(["du", "-s", "--block-size=1", upper], capture_output=True, text=True, check=True)
-    held = 0
-    for row in container.top(ps_args="-eo pid")["Processes"]:
-        folder = f"/proc/{row[0]}/fd"
-        for fd in os.listdir(folder) if os.path.isdir(folder) else []:
-            try:
-                if os.readlink(f"{folder}/{fd}").endswith(" (deleted)"):
-                    held += os.stat(f"{folder}/{fd}").st_blocks * 512
-            except OSError:
-                continue
-    return int(du.stdout.split()[0]) + held
+    return container_bytes(container)
 
 
 @dataclass
@@ -71,7 +59,7 @@ async def reserve_then_look(tmp_path, docker_image, attack: str, look: str, over
     (it waited for the shell, so for the stop, kill then free, to end). Returns the record. ``over``: the files'
     sizes alone pass the limit, so the validate fails with it."""
     if can_size(storage_driver(docker.from_env())):
-        pytest.skip("this engine sizes containers itself: tests/sandbox/test_disk_quota_xfs.py covers its quota")
+        pytest.skip("this engine sizes containers itself: tests/sandbox/test_disk_quota.py covers its quota")
     commands = [attack, look, "validate"]
     run_id = f"pytest-fallocate-{os.getpid()}"
     env = make_env(tmp_path, docker_image, max_turns=len(commands), container_disk="200m", run_id=run_id)
