@@ -3,7 +3,7 @@ runs this in ``.venv-v1`` (verifiers 0.4.0); alone: ``.venv-v1/bin/python benchm
 
 air_mlgym's v1 env server (``python -m air.env.v1_serve``: laneMerge, ``max_turns`` 6, real containers, a warm
 pool of ``--concurrent``) driven by verifiers' own EnvClient against the scripted ``improve`` policy
-(:class:`air.inference.server.PolicyServer`), in three configurations, all started once and kept up:
+(:class:`air.serving.server.PolicyServer`), in three configurations, all started once and kept up:
 
 - direct: the client straight to one env server (this host's Docker engine);
 - one node: ``air fleet spread`` in front of one ``air fleet node`` (gate + env server, this host's engine);
@@ -38,7 +38,7 @@ from verifiers.v1.serve import EnvClient  # noqa: E402
 from verifiers.v1.utils import loaders  # noqa: E402
 
 from air.fleet.node import remove_containers  # noqa: E402
-from air.inference.server import PolicyServer  # noqa: E402
+from air.serving.server import PolicyServer  # noqa: E402
 from air.sandbox.config import SandboxConfig  # noqa: E402
 from tests.fleet.rig import Processes, figures, free_port, make_folder, node_command, spread_command, wait_for  # noqa: E402
 

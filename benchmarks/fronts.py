@@ -73,7 +73,7 @@ async def classic(kind: str, count: int, out: Path) -> dict:
     from openai import AsyncOpenAI
 
     import air_mlgym
-    from air.inference.server import PolicyServer
+    from air.serving.server import PolicyServer
     from air.policies.scripted import make_policy
 
     turns = kind == "turns"
@@ -104,7 +104,7 @@ async def v1(kind: str, count: int, out: Path, harness: str) -> dict:
     from verifiers.v1.configs.client import EvalClientConfig
     from verifiers.v1.utils import loaders
 
-    from air.inference.server import PolicyServer
+    from air.serving.server import PolicyServer
     from air.policies.scripted import make_policy
 
     turns = kind == "turns"

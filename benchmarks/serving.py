@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from openai import AsyncOpenAI  # noqa: E402
 
-from air.inference.server import PolicyServer  # noqa: E402
+from air.serving.server import PolicyServer  # noqa: E402
 
 TASK = (
     "# Task: dial\nA dial goes from 0 to 100 and starts at 50. A hidden target, an integer from 0 to 100, "

@@ -56,8 +56,8 @@ set -- "${POSITIONAL[@]}"
 
 AIR_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export PATH="$PATH:$HOME/.local/bin"
-# One source of truth for the pin: air/training/config_files.py.
-PINNED=$(sed -n 's/^PRIME_RL_COMMIT = "\([0-9a-f]*\)"$/\1/p' "$AIR_DIR/air/training/config_files.py")
+# One source of truth for the pin: air/launch/config_files.py.
+PINNED=$(sed -n 's/^PRIME_RL_COMMIT = "\([0-9a-f]*\)"$/\1/p' "$AIR_DIR/air/launch/config_files.py")
 COMMIT=${COMMIT_OPTION:-${PRIME_RL_COMMIT:-$PINNED}}
 REPO=${PRIME_RL_REPO:-https://github.com/PrimeIntellect-ai/prime-rl.git}
 DIR=${1:-${PRIME_RL_DIR:-$HOME/prime-rl}}
@@ -66,7 +66,7 @@ DIR=$(mkdir -p "$(dirname "$DIR")" && cd "$(dirname "$DIR")" && pwd)/$(basename 
 say() { printf '==> %s\n' "$*"; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
-[[ -n "$COMMIT" ]] || die "could not read PRIME_RL_COMMIT from $AIR_DIR/air/training/config_files.py"
+[[ -n "$COMMIT" ]] || die "could not read PRIME_RL_COMMIT from $AIR_DIR/air/launch/config_files.py"
 command -v git >/dev/null || die "git is missing: sudo apt-get install -y git"
 if ! command -v uv >/dev/null; then
     say "installing uv"

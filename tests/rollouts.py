@@ -10,7 +10,7 @@ from openai import AsyncOpenAI
 
 import air_mlgym
 from air.env.trajectory_reader import iter_trajectory_paths, load_trajectory
-from air.inference.server import PolicyServer
+from air.serving.server import PolicyServer
 
 
 def make_env(tmp_path: Path, docker_image: str, **kwargs):

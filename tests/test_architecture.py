@@ -24,13 +24,13 @@ ALLOWED = {
     "tasks": {"sandbox"},
     "env": {"sandbox", "tasks"},
     "policies": {"env"},
-    "inference": {"env", "policies"},
-    "runs": {"sandbox", "tasks", "env", "policies", "inference"},
-    "training": {"sandbox", "tasks", "env"},
-    "fleet": {"sandbox", "training"},
-    "rehearsal": {"sandbox", "tasks", "env", "policies", "inference", "training", "fleet"},
+    "serving": {"env", "policies"},
+    "runs": {"sandbox", "tasks", "env", "policies", "serving"},
+    "launch": {"sandbox", "tasks", "env"},
+    "fleet": {"sandbox", "launch"},
+    "rehearsal": {"sandbox", "tasks", "env", "policies", "serving", "launch", "fleet"},
     "viewer": {"tasks", "env"},
-    "cli": {"sandbox", "tasks", "env", "policies", "inference", "runs", "training", "rehearsal", "viewer", "fleet"},
+    "cli": {"sandbox", "tasks", "env", "policies", "serving", "runs", "launch", "rehearsal", "viewer", "fleet"},
 }
 # The only modules that import verifiers themselves; everything else reaches it through them or not at all.
 VERIFIERS_IMPORTERS = {
@@ -156,7 +156,7 @@ def test_the_layers_below_the_env_front_load_without_verifiers() -> None:
     free = sorted(
         m
         for m in FILES
-        if (_folder(m) in {"sandbox", "tasks", "policies", "inference", "viewer"} and ".scripts." not in m)
+        if (_folder(m) in {"sandbox", "tasks", "policies", "serving", "viewer"} and ".scripts." not in m)
         or (
             _folder(m) == "env"
             and m not in {"air.env.mlgym_env", "air.env.v1_front", "air.env.v1_player", "air.env.load"}
@@ -171,7 +171,7 @@ def test_the_layers_below_the_env_front_load_without_verifiers() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "air.env.trajectories" in free and "air.inference.server" in free and "air.sandbox.pool" in free
+    assert "air.env.trajectories" in free and "air.serving.server" in free and "air.sandbox.pool" in free
 
 
 OPTIONAL_IN_SCRIPTS = {"numpy"}  # imported under `except ImportError` (seeding), never required

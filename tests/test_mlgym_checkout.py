@@ -134,7 +134,7 @@ def test_the_seed_command_on_battle_of_sexes_with_mlgym_config_root(tmp_path: Pa
     import subprocess
     import sys
 
-    from air.inference.server import PolicyServer
+    from air.serving.server import PolicyServer
 
     out = tmp_path / "run"
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "MLGYM_CONFIG_ROOT": str(Path(ROOT) / "configs")}

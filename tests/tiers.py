@@ -21,16 +21,16 @@ SLOW_TESTS: frozenset[str] = frozenset(
         "tests/env/test_time_limits.py::test_a_comment_does_not_buy_the_training_timeout",
         "tests/env/test_time_limits.py::test_the_rollout_time_limit_cuts_a_command_and_ends_the_episode",
         "tests/fleet/test_slurm_cluster.py",  # each test pays for a cluster's start and stop (5 s and more)
-        "tests/inference/test_policy_server.py::test_an_idle_connection_outlives_the_clients_pool_expiry",
+        "tests/serving/test_policy_server.py::test_an_idle_connection_outlives_the_clients_pool_expiry",
         # The session's SmolLM2 (download and conversion, 25 s) is paid by whichever of these runs first.
-        "tests/inference/test_smollm2_serving.py",  # the real model on the CPU: about 2 min
+        "tests/serving/test_smollm2_serving.py",  # the real model on the CPU: about 2 min
         "tests/v1/test_v1_smollm2.py",  # v1 vf-eval's episodes in containers, sampled by the real model
-        "tests/inference/test_smollm2_prepare.py::test_a_damaged_file_is_found_and_the_folder_rewritten",
-        "tests/inference/test_smollm2_prepare.py::test_a_second_prepare_reuses_the_folder_without_the_index",
-        "tests/inference/test_smollm2_prepare.py::test_an_installed_package_then_the_cached_wheel_are_found_without_the_index",
-        "tests/inference/test_smollm2_prepare.py::test_the_command_prints_the_folder_its_time_its_disk_and_what_to_run",
-        "tests/inference/test_smollm2_prepare.py::test_the_folder_loads_with_plain_transformers_as_the_instruct_model",
-        "tests/inference/test_smollm2_prepare.py::test_the_manifest_records_the_source_and_every_file",
+        "tests/serving/test_smollm2_prepare.py::test_a_damaged_file_is_found_and_the_folder_rewritten",
+        "tests/serving/test_smollm2_prepare.py::test_a_second_prepare_reuses_the_folder_without_the_index",
+        "tests/serving/test_smollm2_prepare.py::test_an_installed_package_then_the_cached_wheel_are_found_without_the_index",
+        "tests/serving/test_smollm2_prepare.py::test_the_command_prints_the_folder_its_time_its_disk_and_what_to_run",
+        "tests/serving/test_smollm2_prepare.py::test_the_folder_loads_with_plain_transformers_as_the_instruct_model",
+        "tests/serving/test_smollm2_prepare.py::test_the_manifest_records_the_source_and_every_file",
         "tests/packaging/test_wheel_install.py::test_classic_vf_eval_runs_air_mlgym_from_the_installed_wheel",
         "tests/packaging/test_wheel_install.py::test_v1_vf_eval_runs_air_mlgym_from_the_installed_wheel",
         "tests/runs/test_demo.py::test_every_task_gets_one_status",
@@ -66,8 +66,8 @@ SLOW_TESTS: frozenset[str] = frozenset(
         "tests/tasks/test_task_runtime.py::test_evaluation_outcomes",
         "tests/test_readme_quickstart.py::test_the_screenshot_script_runs_a_real_run_and_saves_a_png",
         "tests/test_tiers.py::test_the_fast_tier_is_the_full_one_less_slow_and_red_team_tests",
-        "tests/training/test_install_prime_rl.py",  # a module-scoped install the first test pays for
-        "tests/training/test_v1_configs.py::test_air_check_names_a_config_for_the_other_prime_rl",
+        "tests/launch/test_install_prime_rl.py",  # a module-scoped install the first test pays for
+        "tests/launch/test_v1_configs.py::test_air_check_names_a_config_for_the_other_prime_rl",
         "tests/v1/test_v1_engine_restart.py::test_an_engine_restart_fails_only_the_episode_it_was_running",
         "tests/v1/test_v1_front.py::test_max_turns_plays_the_last_reply_and_evaluates",
         "tests/v1/test_v1_front.py::test_vf_eval_scores_air_mlgym_rollouts",

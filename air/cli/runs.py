@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 from air.cli.errors import CommandError
 from air.cli.help import DefaultsHelpFormatter
-from air.inference.served_model import MODEL_SPECS, is_model_spec, model_dir_for
-from air.inference.server import PolicyServerError, serve_forever
-from air.inference.tiny_model import TinyModelError
+from air.serving.served_model import MODEL_SPECS, is_model_spec, model_dir_for
+from air.serving.server import PolicyServerError, serve_forever
+from air.serving.tiny_model import TinyModelError
 from air.policies.scripted import SPECS, PolicySpecError, make_policy, require_playable
 
 if TYPE_CHECKING:
@@ -74,7 +74,7 @@ def cmd_tiny_model(args: argparse.Namespace) -> int:
     and a two-layer Llama with seeded random weights, to DIRECTORY. Offline and deterministic; loads with
     transformers (use the directory as `model.name` in a prime-rl config). Needs the `tiny` extra."""
     from air.cli.hints import tiny_model_hints
-    from air.inference.tiny_model import TinyModelSpec, write_tiny_model
+    from air.serving.tiny_model import TinyModelSpec, write_tiny_model
 
     try:
         target = write_tiny_model(args.directory, TinyModelSpec(seed=args.seed), force=args.force)

@@ -13,8 +13,8 @@ import stat
 from air.fleet.errors import FleetError
 from air.fleet.folder import FleetFolder, KeyPair
 from air.fleet.probe import ask_status
-from air.training.config_v1 import beyond_loopback
-from air.training.preflight_rows import CheckRow
+from air.launch.config_v1 import beyond_loopback
+from air.launch.preflight_rows import CheckRow
 
 PROBE_S = 2.0
 

@@ -24,7 +24,7 @@ import tomli_w
 
 from air.fleet.errors import FleetError
 from air.fleet.folder import FleetFolder, write_atomic
-from air.training.config_files import ConfigLoadError, load_config
+from air.launch.config_files import ConfigLoadError, load_config
 
 # What the multi-node template's clean-up kills by command line (prime-rl 559b447, multi_node_rl.sbatch.j2).
 CLEANUP_PATTERNS = ("prime_rl", "torchrun", "vllm", "pd-sidecar", "mooncake")

@@ -6,8 +6,8 @@ import copy
 from pathlib import Path
 
 from air.fleet.errors import FleetError
-from air.training.config_files import ConfigLoadError, load_config
-from air.training.config_v1 import sources
+from air.launch.config_files import ConfigLoadError, load_config
+from air.launch.config_v1 import sources
 
 
 def source_env(config: Path, source: str | None = None) -> dict:

@@ -21,7 +21,7 @@ from air.rehearsal.live_trainer import TrainedSample
 from air.rehearsal.settings import RehearsalSettings
 
 if TYPE_CHECKING:
-    from air.inference.server import PolicyServer
+    from air.serving.server import PolicyServer
 
 Say = Callable[[str, int, int], None]  # progress: (what, done, total)
 
@@ -77,7 +77,7 @@ class ReadBack:
 
 
 class Generation(Protocol[PlanT]):
-    name: str  # "classic" or "v1", as air.training.config_v1.detect_generation says
+    name: str  # "classic" or "v1", as air.launch.config_v1.detect_generation says
 
     def plan(self, path: Path, raw: dict[str, Any], settings: RehearsalSettings) -> PlanT: ...
 

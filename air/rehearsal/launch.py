@@ -17,8 +17,8 @@ from typing import Any
 import air
 from air.rehearsal.errors import RehearsalError
 from air.rehearsal.settings import RehearsalSettings
-from air.training.process_control import live_processes, stop_processes
-from air.training.process_records import ProcessRecord, forget, record_launch, save
+from air.launch.process_control import live_processes, stop_processes
+from air.launch.process_records import ProcessRecord, forget, record_launch, save
 
 PRIME_RL_SIDE = "prime_rl_side"  # the checkout's folder of package air_prime_rl: what runs in prime-rl's venv
 
@@ -37,7 +37,7 @@ def default_model_dir() -> Path:
 
 
 def tiny_model(explicit: Path | None, say: Callable[[str, int, int], None]) -> Path:
-    from air.inference.tiny_model import TinyModelError, write_tiny_model
+    from air.serving.tiny_model import TinyModelError, write_tiny_model
 
     say("tiny model", 0, 1)
     try:
@@ -181,7 +181,7 @@ def read_episodes(trajectory_dir: Path) -> Episodes:
 
 
 def commit_of(root: Path) -> str:
-    from air.training.prime_rl import PrimeRlInstall
+    from air.launch.prime_rl import PrimeRlInstall
 
     return (PrimeRlInstall(root=root, source="--prime-rl").commit() or "")[:12]
 

@@ -150,7 +150,7 @@ def finish_trainer_run(
     batches and the last broadcast (the fixed sample: the first trained sample of the first batch); returns
     the trainer's lines in the shape the report's step timing reads (``received_at``: when the step's batch
     was done)."""
-    from air.inference.broadcast_loading import BroadcastLoadError
+    from air.serving.broadcast_loading import BroadcastLoadError
 
     run.broadcasts_loaded, run.broadcast_failures = broadcast_loads(weight_updates)
     run.steps = read_steps(probe)

@@ -3,7 +3,7 @@
 One path for both generations of prime-rl: the config's generation picks its implementation of
 :class:`air.rehearsal.generation.Generation` (``classic/``: c87c19b; ``v1/``: today's, with env servers), and
 this module runs its steps around what they share: prime-rl's venv found and probed, the tiny model, the
-scripted server answering like vLLM (:class:`air.inference.server.PolicyServer`), prime-rl's own trainer with
+scripted server answering like vLLM (:class:`air.serving.server.PolicyServer`), prime-rl's own trainer with
 ``--trainer`` (:mod:`.live_trainer`), and one report with the same keys for both (:mod:`.report`).
 """
 
@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from air.inference.served_model import is_model_spec, model_dir_for
-from air.inference.tiny_model import TinyModelError
+from air.serving.served_model import is_model_spec, model_dir_for
+from air.serving.tiny_model import TinyModelError
 from air.rehearsal.checks import find_orchestrator_python, read_config
 from air.rehearsal.classic.generation import Classic
 from air.rehearsal.errors import RehearsalError
@@ -27,7 +27,7 @@ from air.rehearsal.report import RehearsalReport, report_from
 from air.rehearsal.settings import RehearsalSettings
 from air.rehearsal.trainer_report import TrainerRun, latest_broadcast, served_sample
 from air.rehearsal.v1.generation import V1
-from air.training.config_v1 import detect_generation
+from air.launch.config_v1 import detect_generation
 
 GENERATIONS: dict[str, Generation[Any]] = {"classic": Classic(), "v1": V1()}
 
@@ -53,7 +53,7 @@ def ask_served(server, run_dir, trained: list[Any]):
     was trained or the broadcasts are full weights, which replace the served model in place)."""
     import httpx
 
-    from air.inference.broadcast_loading import ADAPTER_CONFIG
+    from air.serving.broadcast_loading import ADAPTER_CONFIG
 
     broadcast = latest_broadcast(run_dir)
     samples = sorted((s for s in trained if any(s.mask[1:])), key=lambda s: s.step)
@@ -70,7 +70,7 @@ def ask_served(server, run_dir, trained: list[Any]):
 def rehearse(settings: RehearsalSettings, progress: Callable[[str, int, int], None] | None = None) -> RehearsalReport:
     """Run the rehearsal; ``progress(what, done, total)`` hears about set-up stages and finished steps.
     The config's generation picks the path: prime-rl c87c19b (classic) or today's (v1, env servers)."""
-    from air.inference.server import PolicyServer
+    from air.serving.server import PolicyServer
 
     say = progress or (lambda what, done, total: None)
     path = settings.config.resolve()

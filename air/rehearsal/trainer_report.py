@@ -117,7 +117,7 @@ def latest_broadcast(run_dir: Path) -> Path | None:
 
 def mean_logprob(model, token_ids: list[int], mask: list[bool]) -> float:
     """Mean log p(token | what precedes it) over the masked positions, at temperature 1."""
-    from air.inference.token_scorer import next_token_logprobs
+    from air.serving.token_scorer import next_token_logprobs
 
     positions = [i for i in range(1, len(token_ids)) if mask[i]]
     chosen = next_token_logprobs(model, token_ids, positions) if positions else []
@@ -130,7 +130,7 @@ def fixed_sample(model_dir: Path, broadcast: Path, step: int, token_ids: list[in
     import torch
     from transformers import AutoModelForCausalLM
 
-    from air.inference.broadcast_loading import ADAPTER_CONFIG, with_full_weights, with_lora_adapter
+    from air.serving.broadcast_loading import ADAPTER_CONFIG, with_full_weights, with_lora_adapter
 
     base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     load = with_lora_adapter if (broadcast / ADAPTER_CONFIG).exists() else with_full_weights

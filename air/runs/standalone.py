@@ -149,7 +149,7 @@ async def _run_steps(
     env = _load_env(settings, out)
     server = None
     if settings.base_url is None:
-        from air.inference.server import PolicyServer
+        from air.serving.server import PolicyServer
 
         # A spec: a scripted agent, or a model that samples its replies (smollm2, model:DIR).
         server = PolicyServer(settings.policy, seed=settings.seed, vllm_model=settings.vllm_model)
@@ -254,7 +254,7 @@ def rollout_sampling(
     sampling: dict[str, Any], settings: StandaloneSettings, info: dict[str, Any], *, seeded: bool
 ) -> dict[str, Any]:
     """One rollout's sampling arguments. The scripted agent (``seeded``) gets the rollout's own ``seed``:
-    its replies then follow from the seed and the turn (air.inference.server), so a run repeats with its
+    its replies then follow from the seed and the turn (air.serving.server), so a run repeats with its
     ``--seed``. Another endpoint's sampling is its own: no seed is sent there."""
     if not seeded:
         return dict(sampling)

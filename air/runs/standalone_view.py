@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from air.inference.served_model import is_model_spec
+from air.serving.served_model import is_model_spec
 from air.runs.run_folder import RUN_FILES
 from air.runs.standalone_settings import StandaloneSettings
 

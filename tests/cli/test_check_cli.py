@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from air.cli.main import main
-from air.inference.server import PolicyServer
+from air.serving.server import PolicyServer
 from air.policies.scripted import make_policy
-from air.training.process_records import record_launch
+from air.launch.process_records import record_launch
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs" / "mlgym"
@@ -194,8 +194,8 @@ def test_on_a_terminal_the_findings_are_a_table() -> None:
 
     from rich.console import Console
 
-    from air.training.preflight_rows import CheckRow
-    from air.training.preflight_view import render_rows
+    from air.launch.preflight_rows import CheckRow
+    from air.launch.preflight_view import render_rows
 
     out = io.StringIO()
     render_rows(Console(file=out, force_terminal=True, width=100), [CheckRow("docker", "pass", "engine answers")])

@@ -10,14 +10,14 @@ import sys
 
 from rich.console import Console
 
-from air.training.preflight import CHECKS, run_preflight
-from air.training.preflight_rows import CheckRow, PreflightOptions
-from air.training.preflight_view import render_rows
+from air.launch.preflight import CHECKS, run_preflight
+from air.launch.preflight_rows import CheckRow, PreflightOptions
+from air.launch.preflight_view import render_rows
 from tests.printed_hints import REPO
 
 
 def test_each_check_is_announced_before_its_rows() -> None:
-    from air.training.preflight import check_name
+    from air.launch.preflight import check_name
 
     events: list[tuple] = []
     rows = run_preflight(

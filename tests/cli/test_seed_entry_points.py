@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from air.inference.server import PolicyServer
+from air.serving.server import PolicyServer
 from air.policies.scripted import make_policy
 from air.prime_orchestrator import DEFAULT_BASE_URL, build_parser, standalone_argv
 

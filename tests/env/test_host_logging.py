@@ -13,7 +13,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from air.inference.server import PolicyServer
+from air.serving.server import PolicyServer
 from air.sandbox.storage import can_size, storage_driver
 
 WARN = "import logging; logging.getLogger('air.sandbox.storage').warning('no disk quota, said here')\n"

@@ -19,7 +19,7 @@ from openai import AsyncOpenAI
 import air_mlgym
 from air.env.settings import EnvSettingsError
 from air.env.trajectory_reader import iter_trajectory_paths
-from air.inference.server import PolicyServer
+from air.serving.server import PolicyServer
 from air.policies.scripted import ScriptPolicy
 from air.sandbox.config import LABEL, LABEL_RUN
 from air.tasks.loader import load_task

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from air.inference.vllm_api import WeightUpdate
+from air.serving.vllm_api import WeightUpdate
 from air.rehearsal.classic.batches import figures, read_batch
 from air.rehearsal.classic.batches import trained_samples as classic_samples
 from air.rehearsal.launch import Episodes

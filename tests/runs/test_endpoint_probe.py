@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from air.inference.server import PolicyServer
+from air.serving.server import PolicyServer
 from tests.json_endpoint import JsonEndpoint, serve
 from tests.runs.counted_imports import standalone_counting_imports
 

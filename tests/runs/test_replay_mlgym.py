@@ -9,7 +9,7 @@ import json
 import pytest
 from openai import AsyncOpenAI
 
-from air.inference.server import PolicyServer
+from air.serving.server import PolicyServer
 from air.policies.scripted import ScriptPolicy
 from air.runs.replay import replay_trajectory
 from tests.opt_in import mlgym_checkout

@@ -15,7 +15,7 @@ import pytest
 
 from air.cli.main import main
 from air.env.trajectory_reader import iter_trajectory_paths, load_trajectory
-from air.inference.server import PolicyServer
+from air.serving.server import PolicyServer
 from air.runs.standalone import _step_inputs, rollout_sampling, sampling_seed
 from air.runs.standalone_settings import StandaloneSettings
 from tests.runs.conftest import recorded_run_argv

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from air.tasks.loader import GENERATOR_PYTHON, MissingDataError, load_task
-from air.training.preflight_checks import check_tasks
-from air.training.preflight_rows import PreflightContext, PreflightOptions
+from air.launch.preflight_checks import check_tasks
+from air.launch.preflight_rows import PreflightContext, PreflightOptions
 
 PANDAS_2_ONLY = "import pandas as pd\npd.DataFrame({'a': [1]}).drop(columns=['a'], axis=1)\n"
 

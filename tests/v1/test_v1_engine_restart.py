@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from air.inference.server import PolicyServer
+from air.serving.server import PolicyServer
 from tests.second_engine import SecondEngine
 
 pytest.importorskip("verifiers.v1")

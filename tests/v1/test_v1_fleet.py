@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from air.inference.server import PolicyServer
+from air.serving.server import PolicyServer
 from tests.fleet.rig import (
     Processes,
     containers,

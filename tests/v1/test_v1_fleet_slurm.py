@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from air.fleet.overlay import spreader_command
-from air.inference.server import PolicyServer
+from air.serving.server import PolicyServer
 from tests.fleet.conftest import SlurmCluster, new_slurm_cluster  # noqa: F401 (a fixture)
 from tests.fleet.rig import containers, figures, free_port, make_folder, outcomes, remove_private, wait_for
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from air.inference.server import PolicyServer
+from air.serving.server import PolicyServer
 
 verifiers_v1 = pytest.importorskip("verifiers.v1")
 from verifiers.v1.utils import loaders  # noqa: E402

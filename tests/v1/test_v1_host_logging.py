@@ -12,7 +12,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from air.inference.server import PolicyServer
+from air.serving.server import PolicyServer
 from air.sandbox.storage import can_size, storage_driver
 
 SETUP = "import sys; from verifiers.v1.utils.logging import setup_logging; "

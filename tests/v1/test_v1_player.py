@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from air.inference.server import PolicyServer
+from air.serving.server import PolicyServer
 
 pytest.importorskip("verifiers.v1")
 from verifiers.v1.clients import ModelContext  # noqa: E402

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from air.inference.server import PolicyServer
+from air.serving.server import PolicyServer
 
 pytest.importorskip("verifiers.v1")
 

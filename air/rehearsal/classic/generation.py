@@ -1,7 +1,7 @@
 """``air rehearse`` for prime-rl c87c19b (classic): its orchestrator and the env workers it forks.
 
 prime-rl's real orchestrator (its own entry point, its forked env workers, the pinned verifiers) runs
-``air_mlgym`` rollouts in real containers against :class:`air.inference.server.PolicyServer` answering like
+``air_mlgym`` rollouts in real containers against :class:`air.serving.server.PolicyServer` answering like
 vLLM serving a tiny model (token ids, logprobs), with the config's envs, env args, batch, group size and
 trajectory strategy. A stand-in trainer thread (in the orchestrator's process) publishes only what the
 orchestrator waits for. Then the batches it handed the trainer are read back (:mod:`.batches`). See
@@ -25,7 +25,7 @@ from air.rehearsal.live_trainer import PROBE, start_trainer, wait_for_training
 from air.rehearsal.settings import RehearsalSettings
 
 if TYPE_CHECKING:
-    from air.inference.server import PolicyServer
+    from air.serving.server import PolicyServer
 
 ENTRY = "air_prime_rl.classic.entry"  # in prime-rl's venv (prime_rl_side/)
 ORCHESTRATOR_KEYS = (

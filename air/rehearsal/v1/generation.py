@@ -4,7 +4,7 @@ What ``uv run rl`` would do on a GPU node, minus vLLM and the trainer: prime-rl'
 ``write_subconfigs`` derive the orchestrator's config and one env-server config per source (in prime-rl's
 venv), then prime-rl's own entry points run as separate processes, as ``rl`` starts them: an env server per
 source (``prime_rl.entrypoints.env_server``, air_mlgym's v1 front inside, real containers) and the
-orchestrator (``prime_rl.entrypoints.orchestrator``), against :class:`air.inference.server.PolicyServer`
+orchestrator (``prime_rl.entrypoints.orchestrator``), against :class:`air.serving.server.PolicyServer`
 serving the tiny model through vLLM's token-in, token-out route. A stand-in trainer process publishes the
 weights the orchestrator waits for and reads each batch with the trainer's own receiver. A source with
 ``serve.address`` gets no server from the rehearsal: one started separately (another node, its own Docker
@@ -41,7 +41,7 @@ from air.rehearsal.v1.plan import (
 )
 
 if TYPE_CHECKING:
-    from air.inference.server import PolicyServer
+    from air.serving.server import PolicyServer
 
 ENTRY = "air_prime_rl.v1.entry"  # in prime-rl's venv (prime_rl_side/)
 ENV_SERVER = "prime_rl.entrypoints.env_server"

@@ -24,7 +24,7 @@ from urllib.parse import urlparse
 from air.fleet.errors import FleetError
 from air.fleet.folder import FleetFolder
 from air.rehearsal.errors import RehearsalError
-from air.training.config_v1 import plugin_args, sources, taskset_of
+from air.launch.config_v1 import plugin_args, sources, taskset_of
 
 DROPPED = ("monitors", "ckpt", "inference")
 SECOND_MODEL_ALGOS = ("opd", "opsd")  # on-policy distillation: a teacher model's server
