@@ -34,10 +34,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import air_mlgym  # noqa: E402
 from air.env.mlgym_env import STATE_KEY  # noqa: E402
-from air.serving.server import PolicyServer  # noqa: E402
 from air.policies.scripted import make_policy  # noqa: E402
 from air.sandbox.config import SandboxConfig  # noqa: E402
 from air.sandbox.container import Sandbox  # noqa: E402
+from air.serving.server import PolicyServer  # noqa: E402
 from air.tasks.loader import load_task  # noqa: E402
 from air.tasks.workspace import TaskWorkspace  # noqa: E402
 

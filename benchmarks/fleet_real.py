@@ -38,8 +38,8 @@ from verifiers.v1.serve import EnvClient  # noqa: E402
 from verifiers.v1.utils import loaders  # noqa: E402
 
 from air.fleet.node import remove_containers  # noqa: E402
-from air.serving.server import PolicyServer  # noqa: E402
 from air.sandbox.config import SandboxConfig  # noqa: E402
+from air.serving.server import PolicyServer  # noqa: E402
 from tests.fleet.rig import Processes, figures, free_port, make_folder, node_command, spread_command, wait_for  # noqa: E402
 
 ENGINE = ROOT / "scripts" / "second_docker_engine.sh"

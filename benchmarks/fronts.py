@@ -73,8 +73,8 @@ async def classic(kind: str, count: int, out: Path) -> dict:
     from openai import AsyncOpenAI
 
     import air_mlgym
-    from air.serving.server import PolicyServer
     from air.policies.scripted import make_policy
+    from air.serving.server import PolicyServer
 
     turns = kind == "turns"
     env = air_mlgym.load_environment(**taskset_args(out, count if turns else 8, 0 if turns else 4))
@@ -104,8 +104,8 @@ async def v1(kind: str, count: int, out: Path, harness: str) -> dict:
     from verifiers.v1.configs.client import EvalClientConfig
     from verifiers.v1.utils import loaders
 
-    from air.serving.server import PolicyServer
     from air.policies.scripted import make_policy
+    from air.serving.server import PolicyServer
 
     turns = kind == "turns"
     data = {"taskset": {"id": "air_mlgym", **taskset_args(out, count if turns else 8, 0 if turns else 4)}}

@@ -34,10 +34,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from air.env.actions import parse_action  # noqa: E402
 from air.env.trajectories import BaselineInfo, TrajectoryRecord, Turn, write_trajectory  # noqa: E402
-from air.serving.server import PolicyServer  # noqa: E402
-from air.serving.smollm2 import prepare_smollm2  # noqa: E402
 from air.runs.standalone import run_standalone  # noqa: E402
 from air.runs.standalone_settings import StandaloneSettings  # noqa: E402
+from air.serving.server import PolicyServer  # noqa: E402
+from air.serving.smollm2 import prepare_smollm2  # noqa: E402
 
 
 def assistant_spans(tokenizer, messages: list[dict[str, Any]]) -> tuple[list[int], list[bool]]:

@@ -26,9 +26,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from air.serving.server import PolicyServer  # noqa: E402
 from air.sandbox.container import Sandbox  # noqa: E402
 from air.sandbox.pool import SandboxPool  # noqa: E402
+from air.serving.server import PolicyServer  # noqa: E402
 from air.tasks.workspace import TaskWorkspace  # noqa: E402
 from benchmarks.env import concurrent_rollouts  # noqa: E402
 

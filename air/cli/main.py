@@ -14,13 +14,13 @@ from collections.abc import Callable, Sequence
 
 from air.cli.errors import CommandError
 from air.cli.fleet import register_fleet
+from air.cli.launch import register_check, register_clean, register_train
 from air.cli.models import register_smollm2
 from air.cli.rehearse import register_rehearse
 from air.cli.replay import register_replay
 from air.cli.runs import register_policy_server, register_standalone, register_tiny_model
 from air.cli.sandbox import register_build_image
 from air.cli.tasks import register_demo, register_tasks
-from air.cli.launch import register_check, register_clean, register_train
 from air.cli.view import register_view
 
 _REGISTRARS: list[Callable[[argparse._SubParsersAction], None]] = [

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 from air.cli.errors import CommandError
 from air.cli.help import DefaultsHelpFormatter
+from air.policies.scripted import SPECS, PolicySpecError, make_policy, require_playable
 from air.serving.served_model import MODEL_SPECS, is_model_spec, model_dir_for
 from air.serving.server import PolicyServerError, serve_forever
 from air.serving.tiny_model import TinyModelError
-from air.policies.scripted import SPECS, PolicySpecError, make_policy, require_playable
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -17,10 +17,6 @@ from pathlib import Path
 import docker.errors
 import psutil
 
-from air.sandbox.config import LABEL, LABEL_HOST, LABEL_PID, LABEL_RUN
-from air.sandbox.container import destroy_container, docker_client
-from air.sandbox.errors import SandboxError
-from air.sandbox.removal import owner_alive
 from air.launch.process_control import (
     describe,
     live_processes,
@@ -30,6 +26,10 @@ from air.launch.process_control import (
     stop_processes,
 )
 from air.launch.process_records import ProcessRecord, StopOutcome, forget, load_records
+from air.sandbox.config import LABEL, LABEL_HOST, LABEL_PID, LABEL_RUN
+from air.sandbox.container import destroy_container, docker_client
+from air.sandbox.errors import SandboxError
+from air.sandbox.removal import owner_alive
 
 
 @dataclass

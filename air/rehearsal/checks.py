@@ -9,10 +9,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from air.rehearsal.errors import RehearsalError
 from air.launch.config_files import PRIME_RL_COMMIT
 from air.launch.config_v1 import V1_COMMIT
 from air.launch.prime_rl import find_prime_rl
+from air.rehearsal.errors import RehearsalError
 
 INSTALLS = {
     "classic": "bash scripts/install_prime_rl.sh --orchestrator-only [DIR]",

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import air
-from air.rehearsal.errors import RehearsalError
-from air.rehearsal.settings import RehearsalSettings
 from air.launch.process_control import live_processes, stop_processes
 from air.launch.process_records import ProcessRecord, forget, record_launch, save
+from air.rehearsal.errors import RehearsalError
+from air.rehearsal.settings import RehearsalSettings
 
 PRIME_RL_SIDE = "prime_rl_side"  # the checkout's folder of package air_prime_rl: what runs in prime-rl's venv
 

@@ -15,8 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from air.serving.served_model import is_model_spec, model_dir_for
-from air.serving.tiny_model import TinyModelError
+from air.launch.config_v1 import detect_generation
 from air.rehearsal.checks import find_orchestrator_python, read_config
 from air.rehearsal.classic.generation import Classic
 from air.rehearsal.errors import RehearsalError
@@ -27,7 +26,8 @@ from air.rehearsal.report import RehearsalReport, report_from
 from air.rehearsal.settings import RehearsalSettings
 from air.rehearsal.trainer_report import TrainerRun, latest_broadcast, served_sample
 from air.rehearsal.v1.generation import V1
-from air.launch.config_v1 import detect_generation
+from air.serving.served_model import is_model_spec, model_dir_for
+from air.serving.tiny_model import TinyModelError
 
 GENERATIONS: dict[str, Generation[Any]] = {"classic": Classic(), "v1": V1()}
 

@@ -50,8 +50,8 @@ async def replay_trajectory(
 ) -> dict[str, Any]:
     """Replay ``path``; returns {task, commands, recorded, replayed, matches, reproduced, notes, ...}.
     SIGTERM during the rollout cancels it as Ctrl-C does (its container removed), then raises Terminated."""
-    from air.serving.server import PolicyServer
     from air.policies.scripted import ScriptPolicy
+    from air.serving.server import PolicyServer
 
     record, commands = _read(path)
     notes: list[str] = []

@@ -11,9 +11,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from air.serving.served_model import is_model_spec
 from air.runs.run_folder import RUN_FILES
 from air.runs.standalone_settings import StandaloneSettings
+from air.serving.served_model import is_model_spec
 
 
 def _fmt(value: float, digits: int = 3) -> str:

@@ -29,12 +29,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from air.policies.scripted import Policy, make_policy
 from air.serving.chat_schema import ChatRequest
 from air.serving.openai_errors import describe_validation_error, error_body
 from air.serving.sampled_api import Sampler
 from air.serving.served_model import ModelPolicy, is_model_spec, model_dir_for
 from air.serving.vllm_api import VllmSampling, VllmSide
-from air.policies.scripted import Policy, make_policy
 
 STARTUP_TIMEOUT_S = 30.0
 KEEP_ALIVE_S = 75  # seconds an idle keep-alive connection stays open (see start())

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from air.cli.main import main
-from air.serving.server import PolicyServer
-from air.policies.scripted import make_policy
 from air.launch.process_records import record_launch
+from air.policies.scripted import make_policy
+from air.serving.server import PolicyServer
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs" / "mlgym"

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from air.serving.server import PolicyServer
 from air.policies.scripted import make_policy
 from air.prime_orchestrator import DEFAULT_BASE_URL, build_parser, standalone_argv
+from air.serving.server import PolicyServer
 
 
 def python_m(module: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -13,8 +13,8 @@ from pathlib import Path
 import docker
 import pytest
 
-from air.serving.server import PolicyServer
 from air.sandbox.storage import can_size, storage_driver
+from air.serving.server import PolicyServer
 
 WARN = "import logging; logging.getLogger('air.sandbox.storage').warning('no disk quota, said here')\n"
 

@@ -19,9 +19,9 @@ from openai import AsyncOpenAI
 import air_mlgym
 from air.env.settings import EnvSettingsError
 from air.env.trajectory_reader import iter_trajectory_paths
-from air.serving.server import PolicyServer
 from air.policies.scripted import ScriptPolicy
 from air.sandbox.config import LABEL, LABEL_RUN
+from air.serving.server import PolicyServer
 from air.tasks.loader import load_task
 from air.tasks.workspace import evaluation_seed
 from tests.red_team import honest_score

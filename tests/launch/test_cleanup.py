@@ -16,11 +16,11 @@ import docker.errors
 import psutil
 import pytest
 
-from air.sandbox.config import LABEL, LABEL_HOST, LABEL_PID, LABEL_RUN, LABEL_STARTED, SandboxConfig
-from air.sandbox.container import container_kwargs
 from air.launch.cleanup import execute_clean, plan_clean
 from air.launch.process_control import same_process
 from air.launch.process_records import load_records, record_launch
+from air.sandbox.config import LABEL, LABEL_HOST, LABEL_PID, LABEL_RUN, LABEL_STARTED, SandboxConfig
+from air.sandbox.container import container_kwargs
 
 # A root that starts `sleep 300`, prints its pid and start time, and exits when its stdin closes.
 ROOT = textwrap.dedent(

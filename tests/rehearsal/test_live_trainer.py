@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from air.serving.vllm_api import WeightUpdate
 from air.rehearsal.errors import RehearsalError
 from air.rehearsal.launch import Launched
 from air.rehearsal.live_trainer import trainer_device, trainer_overrides, wait_for_training
+from air.serving.vllm_api import WeightUpdate
 
 
 @dataclass

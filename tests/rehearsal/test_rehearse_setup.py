@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from air.cli.main import main
+from air.launch.config_files import PRIME_RL_COMMIT
 from air.rehearsal.checks import find_orchestrator_python
 from air.rehearsal.classic.plan import plan_config
 from air.rehearsal.errors import RehearsalError
 from air.rehearsal.report import RehearsalReport
-from air.launch.config_files import PRIME_RL_COMMIT
 from tests.git_repo import git
 
 ROOT = Path(__file__).resolve().parents[2]

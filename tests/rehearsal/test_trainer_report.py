@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from air.serving.vllm_api import WeightUpdate
 from air.rehearsal.classic.batches import figures, read_batch
 from air.rehearsal.classic.batches import trained_samples as classic_samples
 from air.rehearsal.launch import Episodes
 from air.rehearsal.live_trainer import cpu_batch, finish_trainer_run
 from air.rehearsal.report import report_from
 from air.rehearsal.trainer_report import TrainerRun, TrainerStep, latest_broadcast, trainer_problems
+from air.serving.vllm_api import WeightUpdate
 from tests.lora_files import write_adapter
 from tests.rehearsal.test_batches import IM_START, group, sample, write
 

@@ -12,10 +12,10 @@ from openai import AsyncOpenAI
 
 from air.cli.main import build_parser, main
 from air.env.trajectories import BaselineInfo, TrajectoryRecord, Turn
-from air.serving.server import PolicyServer
 from air.policies.scripted import ScriptPolicy
 from air.runs.replay import choose_image, replay_trajectory
 from air.runs.replay_checkout import checkout_differences
+from air.serving.server import PolicyServer
 from tests.rollouts import make_env, trajectories
 from tests.sampling_task import TASK, write_sampling_root
 

@@ -9,9 +9,9 @@ import json
 import pytest
 from openai import AsyncOpenAI
 
-from air.serving.server import PolicyServer
 from air.policies.scripted import ScriptPolicy
 from air.runs.replay import replay_trajectory
+from air.serving.server import PolicyServer
 from tests.opt_in import mlgym_checkout
 from tests.rollouts import make_env, trajectories
 

@@ -15,9 +15,9 @@ import pytest
 
 from air.cli.main import main
 from air.env.trajectory_reader import iter_trajectory_paths, load_trajectory
-from air.serving.server import PolicyServer
 from air.runs.standalone import _step_inputs, rollout_sampling, sampling_seed
 from air.runs.standalone_settings import StandaloneSettings
+from air.serving.server import PolicyServer
 from tests.runs.conftest import recorded_run_argv
 
 # What two runs of one seed may differ in (docs/standalone.md, --seed): times, ids and where the run is.

@@ -25,7 +25,6 @@ import openai
 import pytest
 
 from air.cli.runs import register_policy_server
-from air.serving.server import PolicyServer, PolicyServerError
 from air.policies.scripted import (
     IMPROVE_TASKS,
     SPECS,
@@ -40,6 +39,7 @@ from air.policies.scripted import (
     make_policy,
     require_playable,
 )
+from air.serving.server import PolicyServer, PolicyServerError
 from air.tasks.loader import BUILTIN_TASK_ROOT, load_task
 
 SYSTEM = "You are an ML research agent. Reply with reasoning, then one command in one fenced bash block."

@@ -18,9 +18,9 @@ import httpx
 import openai
 import pytest
 
+from air.policies.scripted import ScriptPolicy
 from air.serving.server import PolicyServer
 from air.serving.tiny_model import MANIFEST, TinyModelError, require_extra, write_tiny_model
-from air.policies.scripted import ScriptPolicy
 from tests.sampling_check import PRIME_RL_EXTRA
 
 REPLY = "Look first.\n```bash\nhead -3 data/train.csv\n```"

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from air.tasks.loader import GENERATOR_PYTHON, MissingDataError, load_task
 from air.launch.preflight_checks import check_tasks
 from air.launch.preflight_rows import PreflightContext, PreflightOptions
+from air.tasks.loader import GENERATOR_PYTHON, MissingDataError, load_task
 
 PANDAS_2_ONLY = "import pandas as pd\npd.DataFrame({'a': [1]}).drop(columns=['a'], axis=1)\n"
 

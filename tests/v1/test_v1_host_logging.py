@@ -12,8 +12,8 @@ from pathlib import Path
 import docker
 import pytest
 
-from air.serving.server import PolicyServer
 from air.sandbox.storage import can_size, storage_driver
+from air.serving.server import PolicyServer
 
 SETUP = "import sys; from verifiers.v1.utils.logging import setup_logging; "
 WARN = "import air_mlgym, logging; air_mlgym.MLGymTaskset; logging.getLogger('air.sandbox.storage').warning('no quota')"

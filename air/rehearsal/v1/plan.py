@@ -23,8 +23,8 @@ from urllib.parse import urlparse
 
 from air.fleet.errors import FleetError
 from air.fleet.folder import FleetFolder
-from air.rehearsal.errors import RehearsalError
 from air.launch.config_v1 import plugin_args, sources, taskset_of
+from air.rehearsal.errors import RehearsalError
 
 DROPPED = ("monitors", "ckpt", "inference")
 SECOND_MODEL_ALGOS = ("opd", "opsd")  # on-policy distillation: a teacher model's server
