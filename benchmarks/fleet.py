@@ -2,7 +2,7 @@
 
     uv run python benchmarks/fleet.py [spreading|real|scale|loss|all] [--json]
 
-- spreading: the time spreading adds to an episode. The same stand-in episodes (tests/fleet/stub_env_server.py,
+- spreading: the time spreading adds to an episode. The same stand-in episodes (rigs/stub_env_server.py,
   ``--seconds`` each, ``--concurrent`` at once) sent by one client (a) straight to a stand-in env server and
   (b) through ``air fleet spread`` and one ``air fleet node`` gate (CURVE) to the same kind of server,
   alternated round by round. Added time = (b)'s latency percentile minus (a)'s.
@@ -41,7 +41,7 @@ import zmq.asyncio
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.fleet.rig import (  # noqa: E402
+from rigs.fleet import (  # noqa: E402
     STUB,
     Processes,
     figures,

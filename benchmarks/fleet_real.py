@@ -40,7 +40,7 @@ from verifiers.v1.utils import loaders  # noqa: E402
 from air.fleet.node import remove_containers  # noqa: E402
 from air.sandbox.config import SandboxConfig  # noqa: E402
 from air.serving.server import PolicyServer  # noqa: E402
-from tests.fleet.rig import Processes, figures, free_port, make_folder, node_command, spread_command, wait_for  # noqa: E402
+from rigs.fleet import Processes, figures, free_port, make_folder, node_command, spread_command, wait_for  # noqa: E402
 
 ENGINE = ROOT / "scripts" / "second_docker_engine.sh"
 KEY = {"AIR_BENCH_KEY": "bench"}  # the env servers read the policy server's key from this variable

@@ -1,7 +1,7 @@
 """How far one spreader goes: ``uv run python benchmarks/fleet.py scale [--json]`` (the options are fleet.py's).
 
 Stand-in env nodes, each a real ``air fleet node --no-docker`` process (its CURVE gate) with its own stand-in
-server process (tests/fleet/stub_env_server.py), ``--node-capacity`` episodes at once each; one ``air fleet
+server process (rigs/stub_env_server.py), ``--node-capacity`` episodes at once each; one ``air fleet
 spread`` (default settings: a status probe per node per second); one client keeping episodes of
 ``--scale-seconds`` in flight. Three phases, so that the spreader's cost can be told apart by what it grows
 with: ``--nodes``/8 nodes with ``--in-flight``/8 episodes in flight, then all ``--nodes`` with as many, then
@@ -24,7 +24,7 @@ from pathlib import Path
 import psutil
 
 from benchmarks.fleet import Client, cpu_s, dist, nodes_up
-from tests.fleet.rig import Processes, figures, free_port, make_folder, node_command, spread_command, wait_for
+from rigs.fleet import Processes, figures, free_port, make_folder, node_command, spread_command, wait_for
 
 IDLE_S = 10.0
 

@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from playwright.sync_api import sync_playwright  # noqa: E402
 
-from tests.synthetic_runs import write_synthetic_run  # noqa: E402
-from tests.viewer_server import chromium_path, viewer_server  # noqa: E402
+from rigs.synthetic_runs import write_synthetic_run  # noqa: E402
+from rigs.viewer_server import chromium_path, viewer_server  # noqa: E402
 
 # Usable: the headline, the table's grid and every chart drawn, nothing left over from a previous run.
 USABLE = """() => {

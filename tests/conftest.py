@@ -183,7 +183,7 @@ def unavailable(tests: str, problem: str) -> NoReturn:
 @pytest.fixture(scope="session")
 def chromium() -> str:
     """Debian's Chromium for the browser tests: skipped on a machine without it, a failure in CI."""
-    from tests.viewer_server import chromium_path
+    from rigs.viewer_server import chromium_path
 
     found = chromium_path()
     if found is None:

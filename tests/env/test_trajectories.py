@@ -31,6 +31,9 @@ from air.env.trajectory_reader import (
     recorded_commands,
     recorded_scores,
 )
+from rigs.mlgym_runs import RUN_NAME, write_mlgym_run
+from rigs.mlgym_runs import mlgym_scored as _scored
+from rigs.mlgym_runs import mlgym_step as _step
 
 
 def make_record(**overrides) -> TrajectoryRecord:
@@ -259,77 +262,6 @@ def test_suspicious_evaluations_are_counted_for_the_viewer(tmp_path) -> None:
 
 
 # --- MLGym's format (fixtures written from scratch in the documented structure) ------------------
-
-RUN_NAME = "acme-tiny-7b__mazeRunner__plain__t-0.70__p-0.90__c-2.50__install-0__nightly_run_3"
-
-
-def _step(action: str, observation: str, seconds: float = 0.5) -> dict:
-    reply = f"Next I will run this.\n```\n{action.rstrip()}\n```"
-    return {
-        "action": action,
-        "observation": observation,
-        "response": reply,
-        "state": json.dumps({"open_file": "n/a", "working_dir": "/home/agent/workspace"}),
-        "thought": "Next I will run this.",
-        "execution_time": seconds,
-    }
-
-
-def _scored(metrics: dict) -> str:
-    return f"Submission is valid.\nBaseline Score: {{'steps': 40.0, 'solved': 0.5}}\nEvaluation Score: {metrics!r}"
-
-
-def write_mlgym_run(
-    parent: Path,
-    *,
-    steps: list[dict] | None = None,
-    exit_status: str = "submitted",
-    scores: list[dict] | None = None,
-    baseline: dict | None = None,
-    name: str = RUN_NAME,
-    task: str = "mazeRunner",
-) -> Path:
-    folder = parent / name
-    folder.mkdir(parents=True)
-    if steps is None:
-        steps = [
-            _step("ls\n", "maze.py\nsolver.py"),
-            _step('open "solver.py"\n', "[File: solver.py (3 lines total)]\n1:def solve(m):\n2:    return []"),
-            _step(
-                "python solver.py\n",
-                "partial output\nEXECUTION TIMED OUT after 9 s",
-                9.0,
-            ),
-            _step("validate\n", _scored({"steps": 35.0, "solved": 0.6})),
-            _step("python solver.py && validate\n", _scored({"steps": 31.0, "solved": 0.7})),
-            _step("validate\n", "Failed to decode metrics from the evaluation script. Output:\n---\noops\n---"),
-            _step("submit\n", ""),
-        ]
-    if scores is None:
-        scores = [{"steps": 35.0, "solved": 0.6}, {"steps": 31.0, "solved": 0.7}, {"steps": 30.0, "solved": 0.7}]
-    history = [
-        {"role": "system", "content": "You solve mazes in a shell.", "agent": "primary"},
-        {"role": "user", "content": "Make solver.py find shorter paths.", "agent": "primary"},
-    ]
-    for step in steps:
-        history.append({"role": "assistant", "content": step["response"], "agent": "primary", "thought": "t"})
-        history.append({"role": "user", "content": step["observation"], "agent": "primary"})
-    traj = {
-        "environment": "maze_env",
-        "trajectory": steps,
-        "history": history,
-        "info": {
-            "model_stats": {"total_cost": 0.12, "tokens_sent": 1000, "tokens_received": 50, "api_calls": len(steps)},
-            "exit_status": exit_status,
-            "submission": "/home/agent/workspace/solver.py",
-            "score": scores,
-            "summarizer": {},
-        },
-    }
-    (folder / f"{task}.traj").write_text(json.dumps(traj, indent=2))
-    results = {"agent": scores, "baseline": {"steps": 40.0, "solved": 0.5} if baseline is None else baseline}
-    (folder / "results.json").write_text(json.dumps(results, indent=2))
-    return folder
 
 
 def test_an_mlgym_run_folder_loads_with_task_model_turns_and_scores(tmp_path: Path) -> None:

@@ -148,7 +148,7 @@ def test_the_fleet_folder_is_the_users_own(tmp_path: Path) -> None:
 
 def test_a_node_name_is_checked_and_a_live_namesake_refused(tmp_path: Path) -> None:
     from air.fleet.node import NodeOptions, check_unique, private_folder, serve_node
-    from tests.fleet.rig import fleet
+    from rigs.fleet import fleet
 
     with fleet(tmp_path, 1) as (folder, _processes, _address):
         keys = (folder.key_pair("client"), folder.key_pair("node").public)

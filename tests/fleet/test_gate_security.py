@@ -12,7 +12,7 @@ import zmq
 import zmq.asyncio
 
 from air.fleet import wire
-from tests.fleet.rig import Processes, make_folder, node_command, remove_private, wait_for
+from rigs.fleet import Processes, make_folder, node_command, remove_private, wait_for
 
 
 async def _ask(address: str, setup, method: bytes = b"run", timeout: float = 2.0) -> list[bytes] | None:
@@ -89,7 +89,7 @@ def test_the_keys_are_owner_only_and_a_readable_one_is_refused(tmp_path: Path) -
 def test_air_check_says_how_each_node_and_spreader_is_exposed(tmp_path: Path, capsys) -> None:
     from air.cli.main import build_parser, main
     from air.fleet.exposure import fleet_rows
-    from tests.fleet.rig import fleet
+    from rigs.fleet import fleet
 
     with fleet(tmp_path, 1) as (folder, _processes, _address):
         rows = {row.check: row for row in fleet_rows(str(folder.root))}

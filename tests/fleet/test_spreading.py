@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fleet.rig import (
+from rigs.fleet import (
     Processes,
     WireClient,
     figures,

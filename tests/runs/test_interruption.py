@@ -26,7 +26,7 @@ from air.runs.interruption import GracefulInterrupt, census
 from air.runs.run_folder import open_run_folder
 from air.viewer import stats
 from air.viewer.index import TrajectoryIndex
-from tests.synthetic_runs import synthetic_record
+from rigs.synthetic_runs import synthetic_record
 
 
 def _core(tmp_path: Path) -> MLGymCore:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from air.serving.server import PolicyServer
-from tests.fleet.rig import (
+from rigs.fleet import (
     Processes,
     containers,
     figures,

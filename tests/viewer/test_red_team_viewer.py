@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from rigs.viewer_server import viewer_server
 from tests.red_team import run_attack
 from tests.viewer.browser import check_page, main_area, open_page, settled, shown_text
-from tests.viewer_server import viewer_server
 
 pytestmark = pytest.mark.docker
 pytest.importorskip("playwright.sync_api")

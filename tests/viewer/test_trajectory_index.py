@@ -38,7 +38,8 @@ from air.viewer.stats import (
     validates_per_rollout,
     zero_advantage_share,
 )
-from tests.env.test_trajectories import RUN_NAME, make_record, write_mlgym_run
+from rigs.mlgym_runs import RUN_NAME, write_mlgym_run
+from tests.env.test_trajectories import make_record
 
 # make_record() is written to <dir>/toyGrid/20250304-050607-3f2a9c0d1e4b.json
 RECORD_KEY = "toyGrid/20250304-050607-3f2a9c0d1e4b.json"

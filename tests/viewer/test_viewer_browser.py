@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from air.viewer.index import TrajectoryIndex
-from tests.synthetic_runs import MIXED_ROLLOUTS, write_mixed_folder, write_synthetic_run
+from rigs.synthetic_runs import MIXED_ROLLOUTS, write_mixed_folder, write_synthetic_run
+from rigs.viewer_server import viewer_server
 from tests.viewer.browser import main_area as _main
 from tests.viewer.browser import settled as _settled
-from tests.viewer_server import viewer_server
 
 pytest.importorskip("playwright.sync_api")
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from air.env.trajectories import BaselineInfo, TrajectoryRecord, Turn, TurnEvaluation, write_trajectory
+from rigs.viewer_server import viewer_server
 from tests.viewer.browser import check_page, main_area, settled, shown_text
-from tests.viewer_server import viewer_server
 
 pytest.importorskip("playwright.sync_api")
 

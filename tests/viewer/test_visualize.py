@@ -14,9 +14,9 @@ from streamlit.testing.v1 import AppTest
 from air.env.trajectory_reader import load_trajectory
 from air.viewer.index import TrajectoryIndex
 from air.viewer.plain import JOINER
-from tests.env.test_trajectories import write_mlgym_run
-from tests.synthetic_runs import MIXED_ROLLOUTS as ROLLOUTS
-from tests.synthetic_runs import write_mixed_folder
+from rigs.mlgym_runs import write_mlgym_run
+from rigs.synthetic_runs import MIXED_ROLLOUTS as ROLLOUTS
+from rigs.synthetic_runs import write_mixed_folder
 
 _MD = MarkdownIt("commonmark")
 APP = str(Path(__file__).resolve().parents[2] / "air" / "visualize.py")

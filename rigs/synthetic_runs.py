@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from air.env.trajectories import BaselineInfo, TrajectoryRecord, Turn, TurnEvaluation, write_trajectory
+from rigs.mlgym_runs import write_mlgym_run
 
 # name -> (metric, baseline, higher_is_better, best reachable score)
 TASKS: dict[str, tuple[str, float, bool, float]] = {
@@ -180,8 +181,6 @@ BROKEN_RUN = "acme-7b__titanic__plain__t-0.00__p-1.00__c-1.00__install-0_run_0"
 
 def write_mixed_folder(root: Path) -> Path:
     """Synthetic run + a nested hand-made record + an MLGym run + four unreadable entries."""
-    from tests.env.test_trajectories import write_mlgym_run  # MLGym's run-folder layout, written from scratch
-
     write_synthetic_run(root / "train", MIXED_ROLLOUTS, seed=3)
     write_trajectory(handmade_record(), root / "deep" / "er" / "still")
     write_mlgym_run(root / "mlgym")

@@ -24,8 +24,8 @@ import zmq.asyncio
 
 from air.fleet.folder import FleetFolder
 
-ROOT = Path(__file__).resolve().parents[2]
-STUB = [sys.executable, "-m", "tests.fleet.stub_env_server"]
+ROOT = Path(__file__).resolve().parents[1]
+STUB = [sys.executable, "-m", "rigs.stub_env_server"]
 
 
 def free_port() -> int:

@@ -1,5 +1,5 @@
 """A stand-in env server speaking verifiers' env-server wire, for the fleet's tests and benchmarks: no
-Docker, no model. ``python -m tests.fleet.stub_env_server ENV_JSON ADDRESS CAPACITY`` (the arguments
+Docker, no model. ``python -m rigs.stub_env_server ENV_JSON ADDRESS CAPACITY`` (the arguments
 air.env.v1_serve takes). An episode's ``task_data`` says how long it lasts (``seconds``); the reply names
 the server (``STUB_NAME``) and echoes the task. ``STUB_WIRE`` picks the framing: ``two`` (verifiers
 a60a606) or ``three`` (0.4: a ``delta`` frame, then the ``reply``)."""
