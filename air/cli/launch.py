@@ -37,8 +37,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from air.launch.preflight import run_preflight
+    from air.cli.console import output_console
+    from air.launch.preflight import CHECKS, run_preflight
     from air.launch.preflight_rows import PreflightOptions, exit_code, rows_as_json
+    from air.launch.preflight_view import CheckStatus, render_rows
 
     options = PreflightOptions(
         configs=[Path(c) for c in args.config],
@@ -46,21 +48,19 @@ def cmd_check(args: argparse.Namespace) -> int:
         prime_rl_dir=args.prime_rl,
         nvidia_smi=args.nvidia_smi,
     )
-    fleet_rows = []
-    if args.fleet:
-        from air.fleet.exposure import fleet_rows as exposure_rows
+    console = output_console()
+    total = len(CHECKS) + bool(args.fleet)
+    # With --json, stdout holds the JSON alone: the progress goes to stderr.
+    with CheckStatus(output_console(stderr=True) if args.json else console) as status:
+        rows = run_preflight(options, on_check=lambda name, number, _of: status.check_started(name, number, total))
+        if args.fleet:
+            from air.fleet.exposure import fleet_rows
 
-        fleet_rows = exposure_rows(args.fleet)
+            status.check_started("fleet", total, total)
+            rows += fleet_rows(args.fleet, say=status.say)
     if args.json:
-        rows = run_preflight(options) + fleet_rows
         print(json.dumps(rows_as_json(rows), indent=2))
         return exit_code(rows)
-    from air.cli.console import output_console
-    from air.launch.preflight_view import CheckStatus, render_rows
-
-    console = output_console()
-    with CheckStatus(console) as status:
-        rows = run_preflight(options, on_check=status.check_started) + fleet_rows
     render_rows(console, rows, status.seconds)
     return exit_code(rows)
 

@@ -3,6 +3,7 @@ log, one finding per line at full width, so no key name or path is split across 
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import Counter
 
@@ -29,7 +30,9 @@ def render_rows(console: Console, rows: list[CheckRow], seconds: float | None = 
 
 
 class CheckStatus:
-    """The spinner's line while the checks run: which one, of how many, and the time so far."""
+    """What shows while the checks run: which one, of how many, and the time so far. On a terminal, the
+    spinner's line (and progress lines above it); elsewhere (a pipe, a file, a CI log) a line on stderr as each
+    check starts, so a slow check is never a silence and stdout keeps only the findings."""
 
     def __init__(self, console: Console) -> None:
         self.console = console
@@ -42,7 +45,17 @@ class CheckStatus:
         return self
 
     def check_started(self, name: str, number: int, of: int) -> None:
-        self._status.update(f"checking {name} ({number}/{of}, {time.monotonic() - self.started:.0f} s so far)")
+        line = f"checking {name} ({number}/{of}, {time.monotonic() - self.started:.0f} s so far)"
+        self._status.update(line)
+        if not self.console.is_terminal:
+            self.say(line)
+
+    def say(self, line: str) -> None:
+        """A progress line as it happens: above the spinner on a terminal, else on stderr at once."""
+        if self.console.is_terminal:
+            self.console.print(line, style="dim", markup=False, highlight=False, soft_wrap=True)
+        else:
+            print(line, file=sys.stderr, flush=True)
 
     def __exit__(self, *exc: object) -> None:
         self.seconds = time.monotonic() - self.started

@@ -1,0 +1,88 @@
+"""`air check --fleet DIR` once printed nothing for 240 s (issue 53): it now says which check runs, names each
+env node as it is asked and as it is done, and a node whose gate accepts and stays silent (a paused or stuck
+process) is reported as stuck within its bound, never waited on. Driven as a user runs it, piped, its output
+read as it comes."""
+
+from __future__ import annotations
+
+import os
+import queue
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from air.fleet.folder import FleetFolder, NodeRecord
+from tests.printed_hints import REPO
+
+BACKSTOP_S = 900  # only against a hang of the test itself: the checks' own bounds end the command long before
+
+
+def _record(name: str, port: int) -> NodeRecord:
+    return NodeRecord(
+        name=name, address=f"tcp://127.0.0.1:{port}", incarnation=name, host="127.0.0.1", pid=1, capacity=1
+    )
+
+
+def _lines_as_they_come(process: subprocess.Popen) -> queue.Queue:
+    lines: queue.Queue = queue.Queue()
+
+    def read() -> None:
+        for line in process.stdout:
+            lines.put(line.rstrip("\n"))
+        lines.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    return lines
+
+
+def test_each_node_is_announced_and_a_silent_gate_is_reported_not_waited_on(tmp_path: Path) -> None:
+    folder = FleetFolder(tmp_path / "fleet")
+    folder.create({"taskset": {"id": "stub"}})
+    # A gate that accepts and never says a word: the kernel completes the handshake, nobody reads or writes.
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    with socket.socket() as probe:  # a port nothing listens on: a node that is gone
+        probe.bind(("127.0.0.1", 0))
+        gone_port = probe.getsockname()[1]
+    folder.publish(_record("stuck", silent.getsockname()[1]))
+    folder.publish(_record("gone", gone_port))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIR_") and k != "COLUMNS"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "air.cli.main", "check", "--fleet", str(folder.root)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=REPO,
+        env=env,
+    )
+    seen: list[str] = []
+    try:
+        lines = _lines_as_they_come(process)
+        while (line := lines.get(timeout=BACKSTOP_S)) is not None:
+            seen.append(line)
+        process.wait(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        silent.close()
+    out = "\n".join(seen)
+
+    def at(start: str) -> int:
+        found = [n for n, line in enumerate(seen) if line.startswith(start)]
+        assert found, f"no line starting {start!r} in:\n{out}"
+        return found[0]
+
+    # Progress before any finding: each check as it starts, the fleet last, then each node asked, then done.
+    assert at("checking docker (2/9") < at("checking fleet (9/9") < at("env node stuck: asking tcp://127.0.0.1:")
+    for name in ("stuck", "gone"):
+        assert at("checking fleet") < at(f"env node {name}: asking") < at(f"env node {name}: warn after"), out
+    # The findings, at the end, say which node is stuck and which is gone.
+    assert at("env node stuck: warn after") < at("warn  env node stuck: tcp://127.0.0.1:"), out
+    assert "accepts connections but its gate did not answer within 5 s: stuck" in seen[at("warn  env node stuck")]
+    assert "nothing listens there (the node is gone)" in seen[at("warn  env node gone")]
+    assert str(folder.record_path("gone")) in seen[at("warn  env node gone")]
+    assert seen[-1].startswith(("ready: ", "not ready: ")), out
