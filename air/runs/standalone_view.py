@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from air.runs.progress_lines import ProgressLines
 from air.runs.run_folder import RUN_FILES
 from air.runs.standalone_settings import StandaloneSettings
 from air.serving.served_model import is_model_spec
@@ -34,6 +35,8 @@ class StandaloneProgress:
             console=console,
         )
         self.task_id = self.progress.add_task("", total=settings.steps * settings.batch_size)
+        # Not interactive (a log file, a pipe): the bar draws nothing until the end; plain lines say how a step goes.
+        self.lines = None if console.is_interactive else ProgressLines(self._plain, settings.steps, settings.batch_size)
 
     def __enter__(self) -> StandaloneProgress:
         return self
@@ -53,15 +56,26 @@ class StandaloneProgress:
         )
         self.console.print(f"run folder: {self.folder}")
         self.progress.start()
+        if self.lines:
+            self.lines.start()
 
     def __exit__(self, *exc: object) -> None:
+        if self.lines:
+            self.lines.stop()
         if self.progress.live.is_started:
             self.progress.stop()
 
+    def _plain(self, line: str) -> None:
+        self.console.print(line, markup=False, highlight=False)
+
     def rollout_done(self) -> None:
         self.progress.advance(self.task_id)
+        if self.lines:
+            self.lines.rollout_done()
 
     def step_done(self, stats: dict[str, Any]) -> None:
+        if self.lines:
+            self.lines.step_done(stats["step"])
         self.progress.update(self.task_id, description=f"step {stats['step']}/{self.settings.steps}")
         self.progress.console.print(
             f"step {stats['step']:>3}  reward {_fmt(stats['reward_mean'])} ± {_fmt(stats['reward_std'])}  "
