@@ -23,7 +23,7 @@ from pathlib import Path
 
 import psutil
 
-from benchmarks.fleet import Client, cpu_s, dist, nodes_up
+from benchmarks.fleet_client import Client, cpu_s, dist, nodes_up
 from rigs.fleet import Processes, figures, free_port, make_folder, node_command, spread_command, wait_for
 
 IDLE_S = 10.0
