@@ -17,6 +17,11 @@ import sys
 from pathlib import Path
 
 from air.cli.errors import CommandError
+from air.cli.help import DefaultsHelpFormatter
+from air.cli.options import add_model_options, flag_of, settings_from_args
+from air.fleet.settings import SpreadSettings
+
+OVERLAY_FIELDS = ("lost_after_s", "probe_interval_s")  # the spreader's options an overlay may set
 
 
 def register_fleet(subparsers: argparse._SubParsersAction) -> None:
@@ -41,25 +46,25 @@ def register_fleet(subparsers: argparse._SubParsersAction) -> None:
     )
     node.add_argument("folder", type=Path)
     node.add_argument("--name", help="default: $SLURMD_NODENAME, else the host name")
-    node.add_argument("--host", default="", help="the address other nodes reach this one at (default: host name)")
-    node.add_argument("--bind", default="*", help="the interface the gate listens on (default: all)")
-    node.add_argument("--port", type=int, default=0, help="default: a free port")
+    # No defaults here: an option left out leaves NodeOptions' own (the help says which in words).
+    node.add_argument("--host", help="the address other nodes reach this one at (default: host name)")
+    node.add_argument("--bind", help="the interface the gate listens on (default: all)")
+    node.add_argument("--port", type=int, help="default: a free port")
     node.add_argument("--capacity", type=int, help="episodes at once (default: the env's pool_size)")
     node.add_argument("--no-docker", action="store_true", help="the env server needs no Docker engine")
     node.add_argument("--server-command", help="the env server to run (default: python -m air.env.v1_serve)")
     node.set_defaults(func=cmd_node)
 
     spread = commands.add_parser(
-        "spread", help="one address for a source, its episodes spread over the nodes", description=cmd_spread.__doc__
+        "spread",
+        help="one address for a source, its episodes spread over the nodes",
+        description=cmd_spread.__doc__,
+        formatter_class=DefaultsHelpFormatter,
     )
     spread.add_argument("folder", type=Path)
     spread.add_argument("--address", required=True, help="where the orchestrator connects: the source's serve.address")
     spread.add_argument("--source", default="train", help="names its figures file (default: train)")
-    spread.add_argument(
-        "--lost-after", type=float, default=10.0, help="seconds of silence that lose a node (default: 10)"
-    )
-    spread.add_argument("--probe-interval", type=float, default=1.0, help="seconds between status probes (default: 1)")
-    spread.add_argument("--node-capacity", type=int, help="at most this many episodes per node")
+    add_model_options(spread, SpreadSettings)
     spread.set_defaults(func=cmd_spread)
 
     overlay = commands.add_parser(
@@ -71,8 +76,7 @@ def register_fleet(subparsers: argparse._SubParsersAction) -> None:
     overlay.add_argument("--config", type=Path, required=True, help="today's prime-rl rl TOML")
     overlay.add_argument("--source", required=True, help="the train source whose episodes go to the env nodes")
     overlay.add_argument("--port", type=int, default=5950, help="the spreader's loopback port (default: 5950)")
-    overlay.add_argument("--lost-after", type=float, help="the spreader's --lost-after (default: its own, 10 s)")
-    overlay.add_argument("--probe-interval", type=float, help="the spreader's --probe-interval (default: 1 s)")
+    add_model_options(overlay, SpreadSettings, only=OVERLAY_FIELDS, unset="the spreader's own")
     overlay.set_defaults(func=cmd_overlay)
 
     status = commands.add_parser(
@@ -118,17 +122,14 @@ def cmd_node(args: argparse.Namespace) -> int:
     from air.fleet.node import NodeOptions, serve_node
 
     _logging()
+    given = {name: getattr(args, name) for name in ("name", "host", "bind", "port") if getattr(args, name) is not None}
     options = NodeOptions(
         folder=_folder(args.folder),
-        host=args.host,
-        bind=args.bind,
-        port=args.port,
         capacity=args.capacity,
         docker=not args.no_docker,
         server_command=shlex.split(args.server_command) if args.server_command else None,
+        **given,
     )
-    if args.name:
-        options.name = args.name
     try:
         return serve_node(options)
     except FleetError as exc:
@@ -138,20 +139,13 @@ def cmd_node(args: argparse.Namespace) -> int:
 def cmd_spread(args: argparse.Namespace) -> int:
     """Listen where the orchestrator connects and hand each episode to the least busy env node with room; a node
     silent for --lost-after has its episodes failed at once, and rejoins when it answers again."""
-    from pydantic import ValidationError
-
     from air.fleet.errors import FleetError
-    from air.fleet.settings import SpreadSettings
     from air.fleet.spreader import Spreader
 
     _logging()
+    settings = settings_from_args(SpreadSettings, args, command="air fleet spread")
     try:
-        settings = SpreadSettings(
-            probe_interval_s=args.probe_interval, lost_after_s=args.lost_after, node_capacity=args.node_capacity
-        )
         spreader = Spreader(_folder(args.folder), args.address, args.source, settings)
-    except ValidationError as exc:
-        raise CommandError(f"air fleet spread: {exc.errors()[0]['msg']}") from exc
     except FleetError as exc:
         raise CommandError(str(exc)) from exc
     try:
@@ -163,23 +157,15 @@ def cmd_spread(args: argparse.Namespace) -> int:
 
 def cmd_overlay(args: argparse.Namespace) -> int:
     """Write FOLDER/rl-overlay.toml: the source's serve.address and the spreader's start (air.fleet.overlay)."""
-    from pydantic import ValidationError
-
     from air.fleet.errors import FleetError
     from air.fleet.overlay import write_overlay
-    from air.fleet.settings import SpreadSettings
 
+    # Checked now (the spreader's own defaults for the rest), not on the orchestrator's node once the job runs.
+    settings_from_args(SpreadSettings, args, only=OVERLAY_FIELDS, command="air fleet overlay")
+    given = [name for name in OVERLAY_FIELDS if getattr(args, name) is not None]
+    options = tuple(f"{flag_of(SpreadSettings, name)}={getattr(args, name):g}" for name in given)
     try:
-        options = [
-            f"--{name.replace('_', '-')}={value:g}"
-            for name, value in (("lost_after", args.lost_after), ("probe_interval", args.probe_interval))
-            if value is not None
-        ]
-        if options:  # checked now, not on the orchestrator's node once the job runs
-            SpreadSettings(**{"lost_after_s": args.lost_after or 10.0, "probe_interval_s": args.probe_interval or 1.0})
-        path = write_overlay(_folder(args.folder), args.config, args.source, args.port, tuple(options))
-    except ValidationError as exc:
-        raise CommandError(f"air fleet overlay: {exc.errors()[0]['msg']}") from exc
+        path = write_overlay(_folder(args.folder), args.config, args.source, args.port, options)
     except FleetError as exc:
         raise CommandError(str(exc)) from exc
     print(f"wrote {path}: rl @ {args.config} @ <your slurm.toml> @ {path}")

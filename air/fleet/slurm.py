@@ -13,21 +13,34 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
 from air.fleet.errors import FleetError
-from air.fleet.folder import FleetFolder, write_atomic
+
+if TYPE_CHECKING:  # the folder's module loads zmq: not for `air --help`, which builds its options from SlurmJob
+    from air.fleet.folder import FleetFolder
 
 
 class SlurmJob(BaseModel):
-    nodes: int = Field(ge=1)
-    partition: str | None = None
-    gpus_per_node: int | None = Field(None, ge=0)
-    time: str | None = None  # sbatch --time
-    restart_delay_s: float = Field(5.0, ge=0)
-    sbatch_args: list[str] = []  # anything else, one sbatch option each
-    node_args: list[str] = []  # passed to each env node (`air fleet node DIR ...`)
+    """`air fleet submit`'s options (air.cli.options makes its flags of these fields, descriptions as help)."""
+
+    nodes: int = Field(ge=1, description="how many env nodes")
+    partition: str | None = Field(None, description="sbatch --partition")
+    gpus_per_node: int | None = Field(None, ge=0, description="GPUs per env node, given to its tasks' containers")
+    time: str | None = Field(None, description="sbatch --time")
+    restart_delay_s: float = Field(
+        5.0,
+        ge=0,
+        description="seconds before a node's ended step restarts",
+        json_schema_extra={"flag": "--restart-delay"},
+    )
+    sbatch_args: list[str] = Field(
+        [], description="another sbatch option (repeatable)", json_schema_extra={"flag": "--sbatch-arg"}
+    )
+    # One string on the command line (--node-args '--capacity 8'), split there: not a generated option.
+    node_args: list[str] = Field([], description="passed to each env node", json_schema_extra={"cli": False})
 
 
 def render(folder: FleetFolder, job: SlurmJob, air: list[str] | None = None) -> str:
@@ -64,6 +77,8 @@ def render(folder: FleetFolder, job: SlurmJob, air: list[str] | None = None) -> 
 
 def submit(folder: FleetFolder, job: SlurmJob, dry_run: bool = False) -> tuple[Path, str | None]:
     """Write FOLDER/env-nodes.sbatch; unless ``dry_run``, submit it. Returns the script and the job id."""
+    from air.fleet.folder import write_atomic
+
     folder.env_config()  # a folder `air fleet init DIR --config rl.toml` made, or stop here rather than on every node
     folder.key_pair("node")
     script = folder.root / "env-nodes.sbatch"
