@@ -22,6 +22,17 @@ for arg in "$@"; do
 done
 set -- "${workers[@]}" "$@"
 
+# Ctrl-C reaches pytest too, which ends its run and exits 2 like any other failure: without this trap bash
+# would go on to the next run. The trap runs once the foreground run has ended; then nothing else starts.
+interrupted=""
+trap 'interrupted=130' INT
+trap 'interrupted=143' TERM
+stop_if_interrupted() {
+    [[ -z $interrupted ]] && return 0
+    echo "==> interrupted: $1; no further run started" >&2
+    exit "$interrupted"
+}
+
 run() {
     "$@"
     local status=$?
@@ -32,6 +43,7 @@ run() {
 echo "==> classic front (verifiers 0.1.10): uv run --group dev --extra tiny pytest $*"
 run uv run --group dev --extra tiny pytest "$@"
 classic=$?
+stop_if_interrupted "the classic run ended with exit $classic"
 # tests/conftest.py collects only tests/v1 and the architecture test where verifiers is v1-only. Paths
 # named on the command line are collected whatever conftest says, so the v1 run keeps only its own (and
 # is skipped when every path named belongs to the classic suite).
@@ -51,5 +63,6 @@ else
     echo "==> v1 front (verifiers 0.4.0, .venv-v1): pytest ${v1_args[*]}"
     UV_PROJECT_ENVIRONMENT=.venv-v1 run uv run --no-group classic --group dev --group v1 --extra tiny pytest "${v1_args[@]}"
     v1=$?
+    stop_if_interrupted "the v1 run ended with exit $v1"
 fi
 [[ $classic == 0 && $v1 == 0 ]] || { echo "FAILED: classic suite exit $classic, v1 suite exit $v1" >&2; exit 1; }
