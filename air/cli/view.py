@@ -9,7 +9,17 @@ from pathlib import Path
 
 from air.cli.errors import CommandError
 from air.cli.help import DefaultsHelpFormatter
-from air.viewer.launch import INSTALL_HINT, ViewerPortError, address_lines, choose_port, port_free, serve, warm_up
+from air.viewer.launch import (
+    INSTALL_HINT,
+    ViewerPortError,
+    address_lines,
+    announce_when_answering,
+    choose_port,
+    port_free,
+    serve,
+    starting_lines,
+    warm_up,
+)
 
 
 def register_view(subparsers: argparse._SubParsersAction) -> None:
@@ -33,8 +43,9 @@ def register_view(subparsers: argparse._SubParsersAction) -> None:
 
 def cmd_view(args: argparse.Namespace) -> int:
     """Serve the Streamlit trajectory viewer for DIR: our trajectory JSON and MLGym run folders at any
-    depth, each rollout shown with its run (several runs' groups are never pooled). Prints the URL, and
-    the ssh -L line that forwards its port from another machine. A --port in use is refused."""
+    depth, each rollout shown with its run (several runs' groups are never pooled). Prints the URL once
+    the server answers there, and the ssh -L line that forwards its port from another machine. A --port
+    in use is refused."""
     if importlib.util.find_spec("streamlit") is None:
         raise CommandError(f"the viewer needs Streamlit, which this environment lacks: {INSTALL_HINT}")
     directory = Path(args.directory).expanduser()
@@ -45,10 +56,17 @@ def cmd_view(args: argparse.Namespace) -> int:
         port = choose_port(args.host, args.port)
     except ViewerPortError as exc:
         raise CommandError(str(exc)) from None
-    for line in address_lines(args.host, port, args.port):
+    for line in starting_lines(port, args.port):
         print(line, flush=True)
+    # The URL only once it answers: printed at once, it was opened seconds before anything listened there.
+    stopped = threading.Event()
+    announce = (args.host, port, address_lines(args.host, port), stopped)
+    threading.Thread(target=announce_when_answering, args=announce, name="air-view-announce", daemon=True).start()
     threading.Thread(target=warm_up, args=(directory,), name="air-view-warm-up", daemon=True).start()
-    status = serve(directory, host=args.host, port=port, browser=args.browser)
+    try:
+        status = serve(directory, host=args.host, port=port, browser=args.browser)
+    finally:
+        stopped.set()
     if status != 0 and not port_free(args.host, port):  # taken between the choice and Streamlit's bind
         raise CommandError(f"port {port} on {args.host} was taken as the viewer started: run it again")
     return status

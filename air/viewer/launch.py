@@ -15,7 +15,9 @@ from __future__ import annotations
 import errno
 import socket
 import sys
+import threading
 import time
+import urllib.request
 from pathlib import Path
 
 APP = Path(__file__).resolve().parents[1] / "visualize.py"  # the Streamlit script
@@ -65,18 +67,51 @@ def choose_port(host: str, port: int | None, first: int = DEFAULT_PORT) -> int:
     raise ViewerPortError(f"ports {first}-{first + PORT_SEARCH} on {host} are all in use: pass a free --port")
 
 
-def address_lines(host: str, port: int, asked: int | None) -> list[str]:
-    """What ``air view`` prints once the port is known: the URL, and the ssh -L for a remote machine."""
-    shown = "127.0.0.1" if host in WILDCARDS else (f"[{host}]" if ":" in host else host)
+def starting_lines(port: int, asked: int | None) -> list[str]:
+    """What ``air view`` prints as Streamlit starts (seconds before it answers): the port, and why that one."""
     moved = asked is None and port != DEFAULT_PORT
     lines = [f"air view: port {DEFAULT_PORT} is in use: serving on {port}"] if moved else []
-    lines.append(f"air view: open http://{shown}:{port}")
+    return [*lines, f"air view: starting the viewer on port {port} (its address follows once it answers)"]
+
+
+def address_lines(host: str, port: int) -> list[str]:
+    """What ``air view`` prints once the server answers: the URL, and the ssh -L for a remote machine."""
+    shown = _shown(host)
+    lines = [f"air view: open http://{shown}:{port}"]
     target = "localhost" if host in LOOPBACKS else shown
     lines.append(
         f"air view: from another machine: ssh -L {port}:{target}:{port} HOST (HOST: this one), "
         f"then open http://localhost:{port}"
     )
     return lines
+
+
+def _shown(host: str) -> str:
+    return "127.0.0.1" if host in WILDCARDS else (f"[{host}]" if ":" in host else host)
+
+
+def answers(url: str) -> bool:
+    """Whether ``url`` answers 200 now. Never through a proxy: $http_proxy must not decide what is local."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url, timeout=5) as reply:
+            return reply.status == 200
+    except (OSError, ValueError):  # refused, reset, timed out, an HTTP error (URLError, HTTPError: OSError)
+        return False
+
+
+def announce_when_answering(host: str, port: int, lines: list[str], stopped: threading.Event) -> None:
+    """Print ``lines`` once the viewer's page and its health route both answer, so the printed URL works
+    the moment it is read (Streamlit takes seconds, more on a loaded host, to import and bind). Nothing is
+    printed when ``stopped`` is set first (the server exited)."""
+    local = "[::1]" if host == "::" else _shown(host)
+    page, health = f"http://{local}:{port}/", f"http://{local}:{port}/_stcore/health"
+    while not stopped.is_set():
+        if answers(health) and answers(page):
+            for line in lines:
+                print(line, flush=True)
+            return
+        stopped.wait(0.2)
 
 
 def streamlit_arguments(directory: Path, host: str, port: int | None, browser: bool) -> list[str]:
