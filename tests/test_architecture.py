@@ -60,15 +60,20 @@ def _source_files() -> dict[str, Path]:
 FILES = _source_files()
 
 
-def _imports(path: Path) -> set[str]:
-    """Every module ``path`` imports, wherever the import stands (functions and TYPE_CHECKING too)."""
+def _imports(path: Path, name: str | None = None) -> set[str]:
+    """Every module ``path`` imports, wherever the import stands (functions and TYPE_CHECKING too); relative
+    imports too when its module ``name`` is given."""
+    package = (name or "").split(".")[: None if path.name == "__init__.py" else -1]
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module)
-            found.update(f"{node.module}.{alias.name}" for alias in node.names)  # `from air.viewer import stats`
+        elif isinstance(node, ast.ImportFrom) and (node.level == 0 or name is not None):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            if module:
+                found.add(module)
+            found.update(f"{module}.{a.name}".strip(".") for a in node.names)  # `from air.viewer import stats`
     return found
 
 
@@ -107,8 +112,7 @@ def test_no_module_is_long(module: str) -> None:
     assert lines <= MAX_LINES, f"{FILES[module].relative_to(ROOT)} has {lines} lines (at most {MAX_LINES})"
 
 
-def test_the_import_graph_has_no_cycle() -> None:
-    graph = _graph()
+def _first_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     state: dict[str, int] = {}  # 1: on the path, 2: done
     path: list[str] = []
 
@@ -126,7 +130,20 @@ def test_the_import_graph_has_no_cycle() -> None:
 
     for start in sorted(graph):
         if start not in state and (cycle := visit(start)):
-            pytest.fail("import cycle: " + " -> ".join(cycle))
+            return cycle
+    return None
+
+
+def test_the_import_graph_has_no_cycle() -> None:
+    """Over the whole tree: air, the env ids, rigs, tests, benchmarks, scripts, prime-rl's side."""
+    graph = _tree_graph()
+    cycle = _first_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+    # The graph holds every part of the tree, and sees imports inside functions and relative ones.
+    assert {Path(path).parts[0].removesuffix(".py") for path in graph} >= {*TREE_LAYERS, "prime_rl_side"}
+    assert {"benchmarks/fleet_scale.py", "rigs/fleet.py"} <= graph["benchmarks/fleet.py"]
+    assert "air/fleet/node.py" in graph["rigs/fleet.py"]  # imported inside a function
+    assert "air/tasks/scripts/proc_table.py" in graph["air/tasks/scripts/agent_freeze.py"]
 
 
 def test_each_folder_imports_only_the_layers_below_it() -> None:
@@ -253,3 +270,57 @@ def test_no_prime_rl_side_module_is_long() -> None:
         if (lines := len(path.read_text().splitlines())) > MAX_LINES
     }
     assert not long, f"modules over {MAX_LINES} lines: {long}"
+
+
+# --- the whole tree ---------------------------------------------------------------------------------------------
+# Where the tree's code is imported from (each a sys.path entry of its own) and what lies there: None for all.
+# The sandbox's scripts import each other by bare name (they are copied in together).
+TREE_PATHS = {
+    ROOT: ("air", "air_mlgym.py", "simple_env.py", "rigs", "tests", "benchmarks", "scripts"),
+    PRIME_RL_SIDE: ("air_prime_rl",),
+    PRIME_RL_SIDE / "stand_ins" / "cpu": None,
+    PRIME_RL_SIDE / "stand_ins" / "gpu": None,
+    PACKAGE / "tasks" / "scripts": None,
+}
+# What each part of the checkout may import of the others: tests -> rigs <- benchmarks, all -> air, and nothing
+# imports tests, benchmarks or scripts.
+TREE_LAYERS = {
+    "air": set(),
+    "air_mlgym": {"air"},
+    "simple_env": {"air"},
+    "rigs": {"air"},
+    "tests": {"air", "air_mlgym", "simple_env", "rigs"},
+    "benchmarks": {"air", "air_mlgym", "simple_env", "rigs"},
+    "scripts": {"air"},
+}
+
+
+def _tree_graph() -> dict[str, set[str]]:
+    """File -> the files it imports, paths relative to the checkout; an import resolves where it runs."""
+    graph: dict[str, set[str]] = {}
+    for base, entries in TREE_PATHS.items():
+        paths = [base / entry for entry in entries] if entries else [base]
+        files = [f for p in paths for f in ([p] if p.suffix == ".py" else p.rglob("*.py"))]
+        modules = {}
+        for path in files:
+            if "builtin" in path.relative_to(base).parts:  # task data (evaluate.py, baselines), not our code
+                continue
+            parts = path.relative_to(base).with_suffix("").parts
+            modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+        for name, path in modules.items():
+            targets = {modules[m] for m in _imports(path, name) if m in modules and modules[m] != path}
+            graph.setdefault(str(path.relative_to(ROOT)), set()).update(str(t.relative_to(ROOT)) for t in targets)
+    return graph
+
+
+def test_each_part_of_the_tree_imports_only_the_parts_it_builds_on() -> None:
+    """benchmarks/ and tests/ share their rigs through rigs/, never one importing the other; air imports none
+    of them."""
+    wrong = [
+        f"{source} imports {target}"
+        for source, targets in _tree_graph().items()
+        if (part := Path(source).parts[0].removesuffix(".py")) in TREE_LAYERS
+        for target in targets
+        if (other := Path(target).parts[0].removesuffix(".py")) != part and other not in TREE_LAYERS[part]
+    ]
+    assert not wrong, "\n".join(sorted(wrong))
