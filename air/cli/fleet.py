@@ -63,7 +63,7 @@ def register_fleet(subparsers: argparse._SubParsersAction) -> None:
     )
     spread.add_argument("folder", type=Path)
     spread.add_argument("--address", required=True, help="where the orchestrator connects: the source's serve.address")
-    spread.add_argument("--source", default="train", help="names its figures file (default: train)")
+    spread.add_argument("--source", default="train", help="names its figures file")
     add_model_options(spread, SpreadSettings)
     spread.set_defaults(func=cmd_spread)
 
@@ -71,11 +71,12 @@ def register_fleet(subparsers: argparse._SubParsersAction) -> None:
         "overlay",
         help="a TOML to put last on `rl @ ...`: the source over the env nodes",
         description=cmd_overlay.__doc__,
+        formatter_class=DefaultsHelpFormatter,
     )
     overlay.add_argument("folder", type=Path)
     overlay.add_argument("--config", type=Path, required=True, help="today's prime-rl rl TOML")
     overlay.add_argument("--source", required=True, help="the train source whose episodes go to the env nodes")
-    overlay.add_argument("--port", type=int, default=5950, help="the spreader's loopback port (default: 5950)")
+    overlay.add_argument("--port", type=int, default=5950, help="the spreader's loopback port")
     add_model_options(overlay, SpreadSettings, only=OVERLAY_FIELDS, unset="the spreader's own")
     overlay.set_defaults(func=cmd_overlay)
 

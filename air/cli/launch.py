@@ -68,6 +68,15 @@ def cmd_check(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- clean
 
 
+def _grace() -> float:
+    """What stops a process tree waits between SIGTERM and SIGKILL when not told: its own default, not a copy."""
+    import inspect
+
+    from air.launch.process_control import stop_processes
+
+    return inspect.signature(stop_processes).parameters["grace"].default
+
+
 def register_clean(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "clean",
@@ -78,7 +87,9 @@ def register_clean(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--include-running", action="store_true", help="also stop containers and trees of runs that are still going"
     )
-    parser.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL (default: 10)")
+    parser.add_argument(
+        "--grace", type=float, default=_grace(), help="seconds between SIGTERM and SIGKILL (default: %(default)s)"
+    )
     parser.set_defaults(func=cmd_clean)
 
 
@@ -120,7 +131,10 @@ def register_train(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--prime-rl", dest="prime_rl", help="prime-rl checkout (default: $PRIME_RL_DIR, ~/prime-rl)")
     parser.add_argument("--no-check", action="store_true", help="skip the preflight")
     parser.add_argument(
-        "--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL for leftovers (default: 10)"
+        "--grace",
+        type=float,
+        default=_grace(),
+        help="seconds between SIGTERM and SIGKILL for leftovers (default: %(default)s)",
     )
     parser.add_argument("rl_args", nargs=argparse.REMAINDER, help="after --: extra arguments for rl (overrides)")
     parser.set_defaults(func=cmd_train)

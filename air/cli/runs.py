@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,7 +16,7 @@ from air.runs.standalone_settings import StandaloneSettings
 from air.runs.standalone_settings import parse_env_arg as parse_env_arg  # where tests and users found it
 from air.serving.served_model import MODEL_SPECS, is_model_spec, model_dir_for
 from air.serving.server import PolicyServerError, serve_forever
-from air.serving.tiny_model import TinyModelError
+from air.serving.tiny_model import TinyModelError, TinyModelSpec
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -28,15 +29,21 @@ def register_policy_server(subparsers: argparse._SubParsersAction) -> None:
         "policy-server",
         help="serve a scripted agent as an OpenAI-compatible model (tests and runs without GPUs)",
         description=cmd_policy_server.__doc__,
+        formatter_class=DefaultsHelpFormatter,
     )
     parser.add_argument(
         "--policy",
         default="baseline",
-        help=f"policy spec: {', '.join(SPECS)}, or a model that samples: {', '.join(MODEL_SPECS)} (default: baseline)",
+        help=f"policy spec: {', '.join(SPECS)}, or a model that samples: {', '.join(MODEL_SPECS)}",
     )
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8008, help="port to listen on; 0 picks a free one (default: 8008)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the server's random generator (default: 0)")
+    served = inspect.signature(serve_forever).parameters  # the server's own defaults, not copies of them
+    parser.add_argument("--host", default=served["host"].default, help="address to listen on")
+    parser.add_argument(
+        "--port", type=int, default=served["port"].default, help="port to listen on; 0 picks a free one"
+    )
+    parser.add_argument(
+        "--seed", type=int, default=served["seed"].default, help="seed of the server's random generator"
+    )
     parser.add_argument(
         "--vllm",
         metavar="MODEL_DIR",
@@ -66,7 +73,9 @@ def register_tiny_model(subparsers: argparse._SubParsersAction) -> None:
         description=cmd_tiny_model.__doc__,
     )
     parser.add_argument("directory", help="where to write it (an existing tiny model of the same spec is kept)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the weights (default: 0)")
+    parser.add_argument(
+        "--seed", type=int, default=TinyModelSpec().seed, help="seed of the weights (default: %(default)s)"
+    )
     parser.add_argument("--force", action="store_true", help="overwrite a non-empty directory")
     parser.set_defaults(func=cmd_tiny_model)
 
@@ -76,7 +85,7 @@ def cmd_tiny_model(args: argparse.Namespace) -> int:
     and a two-layer Llama with seeded random weights, to DIRECTORY. Offline and deterministic; loads with
     transformers (use the directory as `model.name` in a prime-rl config). Needs the `tiny` extra."""
     from air.cli.hints import tiny_model_hints
-    from air.serving.tiny_model import TinyModelSpec, write_tiny_model
+    from air.serving.tiny_model import write_tiny_model
 
     try:
         target = write_tiny_model(args.directory, TinyModelSpec(seed=args.seed), force=args.force)

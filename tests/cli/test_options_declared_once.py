@@ -179,3 +179,45 @@ def test_each_kind_of_field_becomes_its_option() -> None:
         settings_from_args(_Toy, parser.parse_args(["--name", "n", "--max-items", "0"]))
     with pytest.raises(CommandError, match="^toy: --max-items means nothing with --dry-run$"):
         settings_from_args(_Toy, parser.parse_args(["--name", "n", "--dry-run", "--max-items", "2"]), command="toy")
+
+
+def _all_parsers(parser: argparse.ArgumentParser, words: tuple[str, ...] = ()):
+    yield words, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _all_parsers(sub, (*words, name))
+
+
+def test_no_help_line_types_its_default_again() -> None:
+    """A help line that writes out its option's default ("(default: 8008)" beside default=8008) is the value
+    declared twice: --help says it from the default itself (DefaultsHelpFormatter or %(default)s)."""
+    twice = []
+    for words, parser in _all_parsers(build_parser()):
+        for action in parser._actions:
+            if action.default in (None, False, True, "", [], argparse.SUPPRESS) or not action.option_strings:
+                continue
+            written = {str(action.default)}
+            if isinstance(action.default, float):
+                written.add(f"{action.default:g}")
+            if any(f"default: {value}" in (action.help or "") for value in written):
+                twice.append(f"air {' '.join(words)} {action.option_strings[0]}: {action.help!r}")
+    assert not twice, "\n".join(twice)
+
+
+def test_the_options_defaults_are_the_code_that_takes_them() -> None:
+    import inspect
+
+    from air.launch.process_control import stop_processes
+    from air.serving.server import serve_forever
+    from air.serving.tiny_model import TinyModelSpec
+
+    served = inspect.signature(serve_forever).parameters
+    server = {a.dest: a.default for a in _subparser(["policy-server"])._actions}
+    assert (server["host"], server["port"], server["seed"]) == tuple(
+        served[n].default for n in ("host", "port", "seed")
+    )
+    assert {a.dest: a.default for a in _subparser(["tiny-model"])._actions}["seed"] == TinyModelSpec().seed
+    grace = inspect.signature(stop_processes).parameters["grace"].default
+    for command in ("clean", "train"):
+        assert {a.dest: a.default for a in _subparser([command])._actions}["grace"] == grace
