@@ -1,4 +1,4 @@
-"""``python -m air.prime_orchestrator``: the original project's standalone command, kept working.
+"""The original project's command, kept for its users: ``python -m air.prime_orchestrator`` runs ``air standalone``.
 
     python -m air.prime_orchestrator --task battleOfSexes --model NAME --num-steps 10 \
         --batch-size 16 --output-dir DIR [--base-url http://localhost:8000/v1]

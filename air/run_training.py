@@ -1,4 +1,7 @@
-"""``python -m air.run_training COMMAND ...``: the seed's spelling of the ``air`` command line."""
+"""The seed's spelling of ``air``, kept for its users: ``python -m air.run_training COMMAND`` is ``air COMMAND``.
+
+Tests and scripts use it too, to run ``air`` under one given interpreter (``sys.executable``), console script or not.
+"""
 
 import sys
 

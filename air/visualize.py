@@ -1,4 +1,6 @@
-"""The viewer's Streamlit script: ``uv run streamlit run air/visualize.py -- --trajectory_dir DIR``.
+"""The viewer's entry file, not a shim: the Streamlit script ``air view`` runs (air/viewer/launch.py).
+
+By hand: ``uv run streamlit run air/visualize.py -- --trajectory_dir DIR``.
 
 Streamlit runs this file as ``__main__`` on every page load; the app itself is ``air.viewer.app``.
 """

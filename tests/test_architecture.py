@@ -14,7 +14,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "air"
 TOP_LEVEL = ("air_mlgym", "simple_env")  # the env ids prime-rl and vf-eval import as modules
-MAX_TOP_LEVEL_MODULES = 8
+# The modules at air/'s top, outside the folders, each with why it is there (ARCHITECTURE.md says the same).
+TOP_OF_AIR = {
+    "__init__": "the package",
+    "prime_orchestrator": "the original project's command, kept for its users: `air standalone`",
+    "run_training": "the seed's spelling of `air`, kept for its users (and to run `air` under sys.executable)",
+    "visualize": "the viewer's entry file, the Streamlit script `air view` runs",
+}
 MAX_LINES = 400
 
 # What each folder of air/ may import (besides itself). The order is the layering bottom-up; a folder
@@ -100,9 +106,8 @@ def _folder(module: str) -> str | None:
     return parts[1] if parts[0] == "air" and len(parts) > 2 else None
 
 
-def test_the_package_top_level_holds_few_modules() -> None:
-    modules = sorted(p.name for p in PACKAGE.glob("*.py"))
-    assert len(modules) <= MAX_TOP_LEVEL_MODULES, modules
+def test_the_package_top_level_holds_only_the_modules_that_say_why() -> None:
+    assert {p.stem for p in PACKAGE.glob("*.py")} == set(TOP_OF_AIR)
     assert set(ALLOWED) == {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
 
 
