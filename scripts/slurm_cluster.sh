@@ -21,8 +21,11 @@ usage() {
     exit 2
 }
 die() { echo "slurm_cluster.sh: $*" >&2; exit 1; }
-need_root() {
-    [[ $EUID -eq 0 ]] || die "$1 needs root (munged, slurmctld, slurmd and dockerd run as root): sudo bash $0 $1 ..."
+need_root() {  # the way to root named for this host: sudo where there is one, else root's own shell
+    [[ $EUID -eq 0 ]] && return 0
+    local how="run it as root"
+    command -v sudo >/dev/null 2>&1 && how="sudo bash $0 $1 ..."
+    die "$1 needs root (munged, slurmctld, slurmd and dockerd run as root): $how"
 }
 
 [[ $# -ge 2 ]] || usage
