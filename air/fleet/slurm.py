@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # the folder's module loads zmq: not for `air --help`, which 
 
 
 class SlurmJob(BaseModel):
-    """`air fleet submit`'s options (air.cli.options makes its flags of these fields, descriptions as help)."""
+    """What ``air fleet submit DIR --nodes 4`` asks for: air.cli.options makes its options of these fields."""
 
     nodes: int = Field(ge=1, description="how many env nodes")
     partition: str | None = Field(None, description="sbatch --partition")
