@@ -11,6 +11,7 @@
 # Options go to both pytest runs (-x, -k ...), a path to the run it belongs to (a path named runs all its
 # tests, whatever their tier). A run that selects no test in one environment is fine. Tests run in three
 # xdist workers (most of a test's time is waiting on Docker and subprocesses); -n 0 runs them in one process.
+# Ctrl-C stops the whole: the run under way ends, none after it starts, and the exit status is 130.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # What uv installs for a run (.venv-v1 on its first sync) is compiled once, not by every test's process.
