@@ -10,6 +10,7 @@ from pathlib import Path
 from air.cli.errors import CommandError
 from air.cli.help import DefaultsHelpFormatter
 from air.viewer.launch import (
+    DEFAULT_PORT,
     INSTALL_HINT,
     ViewerPortError,
     address_lines,
@@ -36,7 +37,7 @@ def register_view(subparsers: argparse._SubParsersAction) -> None:
         "run's folder, outputs/trajectories (prime-rl's) or an MLGym trajectory folder",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on; 0.0.0.0 listens on every interface")
-    parser.add_argument("--port", type=int, help="port (default: 8501, or the next free one)")
+    parser.add_argument("--port", type=int, help=f"port (default: {DEFAULT_PORT}, or the next free one)")
     parser.add_argument("--browser", action="store_true", help="also open a browser on this machine")
     parser.set_defaults(func=cmd_view)
 
