@@ -221,3 +221,9 @@ def test_the_options_defaults_are_the_code_that_takes_them() -> None:
     grace = inspect.signature(stop_processes).parameters["grace"].default
     for command in ("clean", "train"):
         assert {a.dest: a.default for a in _subparser([command])._actions}["grace"] == grace
+
+
+def test_fleet_node_leaves_its_defaults_to_node_options(tmp_path: Path) -> None:
+    """--host, --bind and --port left out are NodeOptions' own, not copies the parser keeps."""
+    args = build_parser().parse_args(["fleet", "node", str(tmp_path)])
+    assert (args.host, args.bind, args.port) == (None, None, None)
