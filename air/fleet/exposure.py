@@ -72,7 +72,7 @@ def node_rows(
         say(f"env node {name}: asking {record.address} (with the run's key and without; {NODE_BOUND_S:.0f} s at most)")
         # A daemon thread: one stuck in C (a resolver, a ZMQ context's end) is left behind, not joined at exit.
         threading.Thread(
-            target=lambda n=name, r=record: done.put((n, _node_row(n, r, keys, folder))),
+            target=lambda n=name, r=record: done.put((n, _asked(n, r, keys, folder))),
             name=f"check-{name}",
             daemon=True,
         ).start()
@@ -95,6 +95,13 @@ def node_rows(
             )
             say(f"env node {name}: no answer within {NODE_BOUND_S:.0f} s, not waited on")
     return [found[name] for name in records]
+
+
+def _asked(name: str, record: NodeRecord, keys: tuple[KeyPair, bytes], folder: FleetFolder) -> CheckRow:
+    try:
+        return _node_row(name, record, keys, folder)
+    except Exception as exc:  # an address ZMQ refuses, say: this node's row, never a thread dead in silence
+        return CheckRow(f"env node {name}", "fail", f"{record.address}: cannot be asked: {exc!r}")
 
 
 def _node_row(name: str, record: NodeRecord, keys: tuple[KeyPair, bytes], folder: FleetFolder) -> CheckRow:
