@@ -115,9 +115,8 @@ def register_standalone(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--wandb-table-every",
         type=int,
-        default=0,
         metavar="N",
-        help="also log the samples table every N steps (0: only at the end)",
+        help="also log the samples table every N steps (default: only at the end, as with 0)",
     )
     parser.set_defaults(func=cmd_standalone)
 
@@ -146,9 +145,8 @@ def cmd_standalone(args: argparse.Namespace) -> int:
         from air.runs.wandb_logging import WandbStepLogger, WandbUnavailable
 
         try:
-            loggers.append(
-                WandbStepLogger(project=args.wandb_project, name=args.wandb_name, table_every=args.wandb_table_every)
-            )
+            every = {} if args.wandb_table_every is None else {"table_every": args.wandb_table_every}  # else its own
+            loggers.append(WandbStepLogger(project=args.wandb_project, name=args.wandb_name, **every))
         except WandbUnavailable as exc:
             raise CommandError(str(exc)) from exc
     # The run's folder, claimed now: printed first, and its summary is found there if the run stops.
