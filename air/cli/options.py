@@ -81,6 +81,8 @@ def _option_kwargs(name: str, info: FieldInfo) -> dict[str, Any]:
     if get_origin(kind) is Literal:
         choices = list(get_args(kind))
         return kwargs | {"choices": choices, "type": type(choices[0]), "default": default}
+    if get_origin(kind) in (Union, types.UnionType):  # e.g. float | Literal["auto"]: pydantic reads the text
+        return kwargs | {"type": str, "default": default}
     if kind not in _SCALARS:
         raise TypeError(f"{name}: no command-line form for {kind!r}; give it json_schema_extra cli=False")
     return kwargs | {"type": kind, "default": default}

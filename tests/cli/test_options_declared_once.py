@@ -227,3 +227,18 @@ def test_fleet_node_leaves_its_defaults_to_node_options(tmp_path: Path) -> None:
     """--host, --bind and --port left out are NodeOptions' own, not copies the parser keeps."""
     args = build_parser().parse_args(["fleet", "node", str(tmp_path)])
     assert (args.host, args.bind, args.port) == (None, None, None)
+
+
+def test_a_field_of_several_types_is_read_by_the_model() -> None:
+    """A union the parser cannot type (a number or a word) goes to the model as text, which reads it."""
+    from air.cli.options import add_model_options, settings_from_args
+
+    class Timeout(BaseModel):
+        timeout: float | Literal["auto"] = Field("auto", description="seconds, or auto")
+
+    parser = argparse.ArgumentParser(prog="toy")
+    add_model_options(parser, Timeout)
+    assert settings_from_args(Timeout, parser.parse_args(["--timeout", "2.5"])).timeout == 2.5
+    assert settings_from_args(Timeout, parser.parse_args([])).timeout == "auto"
+    with pytest.raises(CommandError, match="^--timeout: "):
+        settings_from_args(Timeout, parser.parse_args(["--timeout", "soon"]))
