@@ -110,3 +110,22 @@ def linked_pages() -> list[Path]:
 @pytest.mark.parametrize("path", linked_pages(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_relative_link_and_anchor_resolves(path: Path) -> None:
     assert not broken_links(path), "\n".join(broken_links(path))
+
+
+def environment_sizes(readme: str) -> list[str]:
+    """The size the README gives the environment set-up syncs, at each place it gives one: the first size
+    after "the locked environment" or "the environment it syncs" in a sentence."""
+    text = " ".join(readme.split())
+    pattern = r"(?:the locked environment|[Tt]he environment it syncs)[^.]*?(\d+(?:\.\d+)? ?[GM]i?B)"
+    return [m.replace(" ", "") for m in re.findall(pattern, text)]
+
+
+def test_the_readme_gives_the_synced_environment_one_size() -> None:
+    sizes = environment_sizes((ROOT / "README.md").read_text())
+    assert len(sizes) >= 2, f"the README's set-up table and paragraph each say the size: found {sizes}"
+    assert len(set(sizes)) == 1, f"the README gives the synced environment different sizes: {sizes}"
+
+
+def test_the_size_check_can_fail() -> None:
+    two = "syncs the locked environment (0.7 GB: x). The environment it syncs is (about 550 MB: y)."
+    assert environment_sizes(two) == ["0.7GB", "550MB"]
