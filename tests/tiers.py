@@ -58,6 +58,7 @@ SLOW_TESTS: frozenset[str] = frozenset(
         "tests/sandbox/test_engine_restart.py::test_containers_a_quick_restart_stopped_are_never_handed_out",
         "tests/sandbox/test_interrupt_during_warmup.py::test_ctrl_c_while_containers_start_is_one_line_and_leaves_nothing",
         "tests/sandbox/test_sandbox.py::test_32_sessions_from_one_event_loop",
+        "tests/sandbox/test_rollout_isolation.py::test_a_named_process_is_listed_once_started_even_in_a_busy_container",
         "tests/tasks/test_evaluation_budget.py::test_a_slow_strategy_runs_out_of_the_evaluation_budget",
         "tests/tasks/test_evaluation_seed.py::test_lane_merge_draws_its_opponent_from_the_evaluation_seed",
         "tests/tasks/test_mlgym_image.py::test_no_start_up_hook_of_the_agent_runs_in_the_evaluation",

@@ -27,8 +27,9 @@ import pytest
 from air.sandbox.config import SandboxConfig
 from air.sandbox.container import Sandbox
 from air.sandbox.errors import SandboxStartError
+from tests.patience import backstop
 
-pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]  # stretched by tests/patience.py (conftest)
 
 NAMESPACES = ("pid", "mnt", "net", "ipc", "uts")
 
@@ -46,8 +47,9 @@ async def two(sandbox_config: SandboxConfig) -> AsyncIterator[tuple[Sandbox, San
 
 
 async def agent(sb: Sandbox, command: str) -> str:
-    result = await sb.run(command, timeout=60)
-    assert not result.timed_out, result.output
+    """The agent's shell runs ``command``: quick on an idle machine, its timeout only a backstop against a hang."""
+    result = await sb.run(command, timeout=backstop(60))
+    assert not result.timed_out, (command, result.output)
     return result.output
 
 
@@ -56,9 +58,17 @@ def mark() -> str:
 
 
 async def start_named(sb: Sandbox, name: str) -> int:
-    """A process of the agent's whose command line carries ``name``; its pid as the container numbers it."""
-    out = await agent(sb, f"(exec -a {name} sleep 600) >/dev/null 2>&1 & echo $!")
+    """A process of the agent's whose command line carries ``name``; its pid as the container numbers it. Returns
+    once the name is in its /proc/<pid>/cmdline: ``$!`` is the subshell, which carries the shell's command line
+    until it gets a CPU to exec in (under load, after the next command has listed /proc). A process that died
+    first ends the wait too, and the caller's listing says so."""
+    wait = f"until grep -qa {name} /proc/$p/cmdline 2>/dev/null || ! kill -0 $p 2>/dev/null; do sleep 0.05; done"
+    out = await agent(sb, f"(exec -a {name} sleep 600) >/dev/null 2>&1 & p=$!; {wait}; echo $p")
     return int(out.split()[-1])
+
+
+# The pids whose command line carries a mark; `[a]ir-iso-...`: a pattern that does not match grep's own.
+LISTING = "grep -l -a -e '[a]{}' /proc/[0-9]*/cmdline 2>/dev/null | cut -d/ -f3 | sort -n"
 
 
 def host_pids(sb: Sandbox) -> list[int]:
@@ -73,11 +83,9 @@ async def test_another_rollouts_processes_are_out_of_sight_and_reach(two: tuple[
     a, b = two
     name_a, name_b = mark(), mark()
     pid_a, pid_b = await start_named(a, name_a), await start_named(b, name_b)
-    # `[a]ir-iso-...`: a pattern that does not match grep's own command line
-    listing = "grep -l -a -e '[a]{}' /proc/[0-9]*/cmdline 2>/dev/null | cut -d/ -f3 | sort -n"
     # A's /proc shows its own process and none of B's.
-    assert (await agent(a, listing.format(name_a[1:]))).split() == [str(pid_a)]
-    assert (await agent(a, listing.format(name_b[1:]))).split() == []
+    assert (await agent(a, LISTING.format(name_a[1:]))).split() == [str(pid_a)]
+    assert (await agent(a, LISTING.format(name_b[1:]))).split() == []
     assert name_b not in await agent(a, "ps -eo pid,user,args")
     # Each container is its own namespace of each kind: A's differ from B's and from the host's process's.
     probe = "; ".join(f"readlink /proc/self/ns/{ns}" for ns in NAMESPACES)
@@ -97,7 +105,23 @@ async def test_another_rollouts_processes_are_out_of_sight_and_reach(two: tuple[
     b.container.reload()
     assert b.container.status == "running" and set(targets) <= set(host_pids(b))  # every one lives on
     # The same kill reaches A's own process: the signal was not what failed.
-    assert (await agent(a, f"kill -9 {pid_a}; sleep 0.5; kill -0 {pid_a} 2>&1 || true")).count("No such process") == 1
+    # `wait`: the shell reaps its job once the kill has landed (until then kill -0 finds the process, or its zombie).
+    killed = await agent(a, f"kill -9 {pid_a}; wait {pid_a} 2>/dev/null; kill -0 {pid_a} 2>&1 || true")
+    assert killed.count("No such process") == 1, killed
+
+
+async def test_a_named_process_is_listed_once_started_even_in_a_busy_container(sandbox: Sandbox) -> None:
+    """The rig above under load (issue 53, item 6): A's listing of its own named process once came back empty,
+    the process started but not yet exec'ed under its name. Busy loops taking the container's CPU make that
+    likely (4 listings in 20 on an idle host); start_named waits for the name, so none is ever missed."""
+    await agent(sandbox, "for i in $(seq 30); do (while :; do :; done) >/dev/null 2>&1 & done")
+    try:
+        for _ in range(20):
+            name = mark()
+            pid = await start_named(sandbox, name)
+            assert (await agent(sandbox, LISTING.format(name[1:]))).split() == [str(pid)], name
+    finally:
+        await agent(sandbox, "kill $(jobs -p) 2>/dev/null; true")
 
 
 # Every entry of the container's filesystem, mounts (/tmp, /dev/shm) included; /proc and /sys are the kernel's.
@@ -153,8 +177,8 @@ async def listen(sb: Sandbox, path: str) -> int:
         "python3 -c 'import socket, sys, time\n"
         f'u = socket.socket(socket.AF_UNIX); u.bind("{path}"); u.listen()\n'
         't = socket.socket(); t.bind(("127.0.0.1", 0)); t.listen(); print(t.getsockname()[1], flush=True)\n'
-        "sys.stdout.close(); time.sleep(600)' > /tmp/port & "
-        "for i in $(seq 100); do test -s /tmp/port && break; sleep 0.1; done; cat /tmp/port",
+        "sys.stdout.close(); time.sleep(600)' > /tmp/port & p=$!; "
+        "until test -s /tmp/port || ! kill -0 $p 2>/dev/null; do sleep 0.1; done; cat /tmp/port",  # listening, or dead
     )
     return int(started.split()[-1])  # after the shell's job line
 
@@ -189,7 +213,7 @@ def connect_script(hosts: list[str], ports: list[int]) -> str:
         "python3 -c 'import errno, socket\n"
         f"for host, port in {pairs}:\n"
         "    try:\n"
-        '        socket.create_connection((host, port), timeout=3).close(); said = "connected"\n'
+        '        socket.create_connection((host, port), timeout=60).close(); said = "connected"\n'
         "    except OSError as exc:\n"
         "        said = errno.errorcode.get(exc.errno, repr(exc))\n"
         '    print(f"{host}:{port} {said}")\''
@@ -222,7 +246,7 @@ class HostServer:
 
     def close(self) -> None:
         self.stopping.set()
-        self.thread.join(timeout=5)
+        self.thread.join(timeout=backstop(5))
         self.sock.close()
 
 
