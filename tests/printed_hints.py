@@ -19,6 +19,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from tests.patience import backstop
+
 REPO = Path(__file__).resolve().parents[1]
 AIR_SPAN = re.compile(r"`{1,2}((?:uv run |\.venv(?:-v1)?/bin/)?air [^`]+?)`{1,2}")
 PLACEHOLDER = "1"  # an f-string's value: a word every option and positional of ours takes
@@ -95,7 +97,7 @@ def policy_server_banner(
     finally:
         process.send_signal(signal.SIGINT)
         try:
-            process.communicate(timeout=60)
+            process.communicate(timeout=backstop(60))
         except subprocess.TimeoutExpired:
             process.kill()
             process.communicate()

@@ -14,6 +14,8 @@ from pathlib import Path
 import docker
 import pytest
 
+from tests.patience import backstop
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "second_docker_engine.sh"
 
@@ -26,7 +28,7 @@ class SecondEngine:
         self.xfs = xfs  # "--xfs SIZE" (pquota) or "--xfs-noquota SIZE", as the script takes them
         self.address = f"unix://{folder}/docker.sock"
 
-    def _script(self, *args: str, timeout: float = 300) -> None:
+    def _script(self, *args: str, timeout: float = backstop(300)) -> None:
         env = {k: v for k, v in os.environ.items() if k != "DOCKER_HOST"}  # `docker save` reads the main one
         result = subprocess.run(["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=timeout)
         if result.returncode != 0:

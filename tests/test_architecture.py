@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.patience import backstop
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "air"
 TOP_LEVEL = ("air_mlgym", "simple_env")  # the env ids prime-rl and vf-eval import as modules
@@ -191,7 +193,7 @@ def test_the_layers_below_the_env_front_load_without_verifiers() -> None:
         "    if 'verifiers' in sys.modules:\n"
         "        sys.exit(f'{name} imported verifiers')\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=backstop(300))
     assert result.returncode == 0, result.stderr[-2000:]
     assert "air.env.trajectories" in free and "air.serving.server" in free and "air.sandbox.pool" in free
 

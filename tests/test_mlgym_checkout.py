@@ -16,6 +16,7 @@ from air.tasks.config import TaskError
 from air.tasks.loader import list_tasks, load_task
 from air.tasks.workspace import TaskWorkspace
 from tests.opt_in import mlgym_checkout
+from tests.patience import backstop
 
 CHECKOUT = mlgym_checkout()
 ROOT = str(CHECKOUT or "")  # passed explicitly: conftest removes $MLGYM_ROOT from every test's environment
@@ -146,7 +147,7 @@ def test_the_seed_command_on_battle_of_sexes_with_mlgym_config_root(tmp_path: Pa
             capture_output=True,
             text=True,
             env=env,
-            timeout=540,
+            timeout=backstop(540),
         )
     assert result.returncode == 0, result.stdout + result.stderr
     summary = json.loads((out / "summary.json").read_text())
@@ -200,7 +201,7 @@ def test_the_house_price_split_command_works(tmp_path: Path) -> None:
     shutil.copytree(Path(ROOT) / "data" / "regressionKaggleHousePrice" / "_helpers", task / "_helpers")
     command = generator_command(task / "data")
     assert command is not None and "pandas<3" in command
-    result = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=280)
+    result = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=backstop(280))
     assert result.returncode == 0, result.stdout + result.stderr
     assert sorted(p.name for p in (task / "data").iterdir()) == [
         "answer.csv",

@@ -20,6 +20,8 @@ from urllib.parse import unquote
 
 import pytest
 
+from tests.patience import backstop
+
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 FIRST_SCREEN = 60
@@ -263,7 +265,7 @@ def test_the_screenshot_script_says_in_one_line_what_is_missing(tmp_path: Path) 
     env = {**os.environ, "AIR_CHROMIUM": str(tmp_path / "no-chromium")}
     result = subprocess.run(
         [sys.executable, str(SCRIPT), "--run-dir", str(tmp_path), "--out", str(tmp_path / "x.png")],
-        capture_output=True, text=True, env=env, timeout=120,
+        capture_output=True, text=True, env=env, timeout=backstop(120),
     )  # fmt: skip
     assert result.returncode == 1
     errors = result.stderr.strip().splitlines()

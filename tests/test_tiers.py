@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.patience import backstop
 from tests.tiers import SLOW_TESTS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,7 +29,7 @@ def _collected(*args: str) -> set[str]:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=backstop(300),
     ).stdout
     return {line for line in out.splitlines() if "::" in line}
 

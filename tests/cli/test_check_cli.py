@@ -18,6 +18,7 @@ from air.cli.main import main
 from air.launch.process_records import record_launch
 from air.policies.scripted import make_policy
 from air.serving.server import PolicyServer
+from tests.patience import backstop
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs" / "mlgym"
@@ -178,7 +179,7 @@ def test_piped_output_is_one_finding_per_line_at_full_width(tmp_path):
         capture_output=True,
         text=True,
         env=env,
-        timeout=300,
+        timeout=backstop(300),
     )
     assert result.returncode == 1
     lines = result.stdout.splitlines()

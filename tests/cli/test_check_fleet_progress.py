@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 
 from air.fleet.folder import FleetFolder, NodeRecord
+from tests.patience import backstop
 from tests.printed_hints import REPO
 
 BACKSTOP_S = 900  # only against a hang of the test itself: the checks' own bounds end the command long before
@@ -63,7 +64,7 @@ def test_each_node_is_announced_and_a_silent_gate_is_reported_not_waited_on(tmp_
         lines = _lines_as_they_come(process)
         while (line := lines.get(timeout=BACKSTOP_S)) is not None:
             seen.append(line)
-        process.wait(timeout=60)
+        process.wait(timeout=backstop(60))
     finally:
         if process.poll() is None:
             process.kill()

@@ -13,6 +13,7 @@ from rich.console import Console
 from air.launch.preflight import CHECKS, run_preflight
 from air.launch.preflight_rows import CheckRow, PreflightOptions
 from air.launch.preflight_view import render_rows
+from tests.patience import backstop
 from tests.printed_hints import REPO
 
 
@@ -39,7 +40,11 @@ def test_the_verdict_says_how_long_the_checks_took() -> None:
 
 def test_air_check_piped_ends_with_the_measured_time() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "air.run_training", "check"], capture_output=True, text=True, timeout=300, cwd=REPO
+        [sys.executable, "-m", "air.run_training", "check"],
+        capture_output=True,
+        text=True,
+        timeout=backstop(300),
+        cwd=REPO,
     )
     last = done.stdout.splitlines()[-1]
     assert re.fullmatch(r"(not )?ready: .+ \(checked in \d+\.\d s\)", last), done.stdout

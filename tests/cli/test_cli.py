@@ -7,10 +7,16 @@ import sys
 
 import pytest
 
+from tests.patience import backstop
+
 
 def air(*args: str, cwd) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "air.run_training", *args], capture_output=True, text=True, cwd=cwd, timeout=300
+        [sys.executable, "-m", "air.run_training", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=backstop(300),
     )
 
 

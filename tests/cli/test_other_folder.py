@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.patience import backstop
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -41,7 +43,7 @@ def test_uv_run_with_the_project_works_from_another_folder(tmp_path: Path) -> No
         env=_clean_env(),
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=backstop(300),
     )
     _lists_the_tasks(result)
 
@@ -54,6 +56,6 @@ def test_the_venv_script_works_from_another_folder_through_a_link(tmp_path: Path
     link.parent.mkdir()
     link.symlink_to(script)
     result = subprocess.run(
-        [str(link), "tasks"], cwd=tmp_path, env=_clean_env(), capture_output=True, text=True, timeout=120
+        [str(link), "tasks"], cwd=tmp_path, env=_clean_env(), capture_output=True, text=True, timeout=backstop(120)
     )
     _lists_the_tasks(result)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from tests.patience import backstop
 from tests.printed_hints import REPO, env_without
 
 
@@ -18,7 +19,12 @@ def test_air_standalone_piped_keeps_its_long_lines_whole(tmp_path: Path) -> None
     command = [sys.executable, "-m", "air.run_training", "standalone", "--env", "simple_env", "--steps", "1"]
     command += ["--batch-size", "2", "--rollouts-per-example", "2", "--output-dir", str(folder)]
     done = subprocess.run(
-        command, capture_output=True, text=True, timeout=300, cwd=REPO, env=env_without("COLUMNS", "FORCE_COLOR")
+        command,
+        capture_output=True,
+        text=True,
+        timeout=backstop(300),
+        cwd=REPO,
+        env=env_without("COLUMNS", "FORCE_COLOR"),
     )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()

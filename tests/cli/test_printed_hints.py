@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from tests.patience import backstop
 from tests.printed_hints import (
     air_parse_problem,
     air_spans,
@@ -42,7 +43,7 @@ main.load()()
 
 def classic_vf_eval_parse(argv: list[str]) -> dict:
     done = subprocess.run(
-        [sys.executable, "-c", PARSE_ONLY, json.dumps(argv)], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", PARSE_ONLY, json.dumps(argv)], capture_output=True, text=True, timeout=backstop(120)
     )
     assert done.returncode == 0, f"vf-eval refused {argv}:\n{done.stderr[-2000:]}"
     return json.loads(done.stdout.strip().splitlines()[-1])

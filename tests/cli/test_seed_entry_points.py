@@ -14,10 +14,13 @@ import pytest
 from air.policies.scripted import make_policy
 from air.prime_orchestrator import DEFAULT_BASE_URL, build_parser, standalone_argv
 from air.serving.server import PolicyServer
+from tests.patience import backstop
 
 
 def python_m(module: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, cwd=cwd, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", module, *args], capture_output=True, text=True, cwd=cwd, timeout=backstop(300)
+    )
 
 
 @pytest.mark.parametrize("module", ["air.prime_orchestrator", "air.run_training"])

@@ -15,12 +15,13 @@ import pytest
 
 from air.sandbox.storage import can_size, storage_driver
 from air.serving.server import PolicyServer
+from tests.patience import backstop
 
 WARN = "import logging; logging.getLogger('air.sandbox.storage').warning('no disk quota, said here')\n"
 
 
 def run_python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=backstop(120))
 
 
 def test_under_the_classic_vf_eval_a_warning_goes_to_its_log_file(tmp_path: Path) -> None:

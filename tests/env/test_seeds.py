@@ -21,6 +21,7 @@ from air.env.seeds import (
 )
 from air.env.settings import MLGymEnvSettings
 from air.tasks.workspace import evaluation_seed
+from tests.patience import backstop
 
 SECRET = bytes(range(32))
 
@@ -97,7 +98,7 @@ def test_processes_starting_at_once_agree_on_one_secret(air_state_dir: Path) -> 
     workers = [context.Process(target=_load_default, args=(queue,)) for _ in range(6)]
     for worker in workers:
         worker.start()
-    found = {queue.get(timeout=60) for _ in workers}
+    found = {queue.get(timeout=backstop(60)) for _ in workers}
     for worker in workers:
         worker.join()
     assert len(found) == 1

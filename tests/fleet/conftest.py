@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.patience import backstop
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "slurm_cluster.sh"
 ENGINE_SCRIPT = ROOT / "scripts" / "second_docker_engine.sh"
@@ -59,7 +61,7 @@ class SlurmCluster:
     nodes: tuple[str, ...]
     env: dict[str, str]
 
-    def run(self, *args: str, timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def run(self, *args: str, timeout: float = backstop(60), check: bool = True) -> subprocess.CompletedProcess[str]:
         """A command against this cluster (its SLURM_CONF), its output captured."""
         result = subprocess.run(args, env=self.env, capture_output=True, text=True, timeout=timeout)
         if check and result.returncode != 0:
@@ -88,7 +90,7 @@ class SlurmCluster:
         """Stop or start one node's Docker engine (scripts/second_docker_engine.sh), as its host would."""
         folder = str(self.dir / "engines" / node)
         done = subprocess.run(["bash", str(ENGINE_SCRIPT), action, folder], env=_script_env(), capture_output=True,
-                              text=True, timeout=300)  # fmt: skip
+                              text=True, timeout=backstop(300))  # fmt: skip
         assert done.returncode == 0, done.stderr
 
     def status(self) -> subprocess.CompletedProcess[str]:
@@ -104,7 +106,7 @@ def _script(action: str, folder: Path, *args: str, check: bool = True) -> subpro
         env=_script_env(),
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=backstop(300),
     )
     if check and result.returncode != 0:
         raise RuntimeError(f"slurm_cluster.sh {action} {folder} failed: {result.stdout[-2000:]}{result.stderr[-2000:]}")

@@ -28,6 +28,7 @@ from rigs.fleet import (
     spread_command,
     wait_for,
 )
+from tests.patience import backstop
 
 LOST_AFTER, PROBE = 2.0, 0.25
 FAST = ("--lost-after", str(LOST_AFTER), "--probe-interval", str(PROBE))
@@ -157,7 +158,7 @@ def test_without_a_node_health_goes_unanswered_and_episodes_wait_for_one(tmp_pat
                 await asyncio.sleep(1.0)
                 assert not waiting.done()
                 processes.start("n1", node_command(folder, "n1"), {"STUB_NAME": "n1"})
-                return healthy, await asyncio.wait_for(waiting, 60)
+                return healthy, await asyncio.wait_for(waiting, backstop(60))
             finally:
                 await client.close()
 

@@ -29,6 +29,7 @@ from air.launch.gpus import (
     describe_inventory,
     query_gpus,
 )
+from tests.patience import backstop
 
 UUIDS = [
     "GPU-3b0c5c8e-8f4a-2d1e-6c1b-0e4f6a9d7c21",
@@ -168,7 +169,7 @@ def test_hanging_nvidia_smi_times_out_and_is_stopped(fake_smi: FakeSmi, tmp_path
         except psutil.NoSuchProcess:
             pass
     # SIGKILL is delivered asynchronously: give the kernel a moment, then nothing may be left running.
-    _, alive = psutil.wait_procs(procs, timeout=5)
+    _, alive = psutil.wait_procs(procs, timeout=backstop(5))
     assert [p for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []
 
 

@@ -15,6 +15,7 @@ import psutil
 from air.launch.launcher import launch, shell_exit_code
 from air.launch.process_control import same_process
 from air.launch.process_records import load_records
+from tests.patience import backstop
 
 # A stand-in for prime-rl's `rl`: a helper starts `sleep 300` and exits at once, so the sleep is
 # re-parented to init (as vLLM workers are when their parent dies); then the "launcher" fails with 3.
@@ -60,7 +61,7 @@ TRAPS_SIGINT = textwrap.dedent(
 )
 
 
-def _wait_for(path: Path, timeout: float = 30) -> None:
+def _wait_for(path: Path, timeout: float = backstop(30)) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():
         assert time.monotonic() < deadline, f"{path} never appeared"
@@ -131,7 +132,7 @@ def test_sigint_is_forwarded_to_the_child(tmp_path: Path) -> None:
     try:
         _wait_for(tmp_path / "ready")
         os.kill(launcher.pid, signal.SIGINT)
-        output, _ = launcher.communicate(timeout=30)
+        output, _ = launcher.communicate(timeout=backstop(30))
     finally:
         launcher.kill()
     assert (tmp_path / "got-sigint").read_text() == "yes"  # only forwarding can deliver it: other session
@@ -148,7 +149,7 @@ def test_a_second_sigint_kills_the_group(tmp_path: Path) -> None:
         _wait_for(tmp_path / "got-sigint")
         assert launcher.poll() is None  # the child ignored the first one, so the launcher still waits
         os.kill(launcher.pid, signal.SIGINT)
-        output, _ = launcher.communicate(timeout=30)
+        output, _ = launcher.communicate(timeout=backstop(30))
     finally:
         launcher.kill()
     assert launcher.returncode == 128 + signal.SIGKILL, output

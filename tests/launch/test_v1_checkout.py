@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.opt_in import prime_rl_v1_checkout
+from tests.patience import backstop
 
 ROOT = Path(__file__).resolve().parents[2]
 V1_DIR = ROOT / "configs" / "mlgym-v1"
@@ -55,8 +56,8 @@ def test_the_env_server_config_is_prime_rls(python: Path, tmp_path: Path) -> Non
         "print(type(c.env).__name__, type(c.env.taskset).__name__, c.serve.address)\n"
     )
     config = V1_DIR / "env-servers" / "lane_merge.toml"
-    done = subprocess.run([str(python), "-c", script, str(config)], capture_output=True, text=True, timeout=300,
-                          cwd=tmp_path)  # fmt: skip
+    done = subprocess.run([str(python), "-c", script, str(config)], capture_output=True, text=True,
+                          timeout=backstop(300), cwd=tmp_path)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split()[-3:] == ["MLGymV1EnvConfig", "MLGymTasksetConfig", "tcp://127.0.0.1:5000"]
 

@@ -22,6 +22,7 @@ from air.rehearsal.launch import entry_env
 from rigs.fleet import containers, figures, make_folder, remove_private, wait_for
 from tests.fleet.conftest import new_slurm_cluster  # noqa: F401 (a fixture)
 from tests.opt_in import prime_rl_v1_checkout
+from tests.patience import backstop
 from tests.rehearsal.test_rehearse_v1_e2e import CONFIG, SOURCE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,16 +46,16 @@ def _saboteur(cluster, job: str, folder, when: dict, stop: threading.Event) -> N
     cluster.run("scancel", cluster.env_node_steps(job)["n2"])
     cluster.engine("stop", "n2")
     when["killed"] = time.time()
-    wait_for(lambda: nodes()["n2"]["state"] == "lost", 60, "n2 lost")
+    wait_for(lambda: nodes()["n2"]["state"] == "lost", backstop(60), "n2 lost")
     when["lost"] = time.time()
     time.sleep(5)
     cluster.engine("start", "n2")
     # Back: the job's loop started n2 again and it answers with the run's key (the rehearsal's spreader may
     # have stopped by then, its steps done: it is not asked).
     record = wait_for(
-        lambda: (r := folder.records().get("n2")) and r.incarnation != killed_start and r, 180, "n2 again"
+        lambda: (r := folder.records().get("n2")) and r.incarnation != killed_start and r, backstop(180), "n2 again"
     )
-    wait_for(lambda: answers(record.address, keys), 60, "n2 to answer")
+    wait_for(lambda: answers(record.address, keys), backstop(60), "n2 to answer")
     when["back"] = time.time()
 
 
@@ -81,7 +82,7 @@ def test_rehearse_over_two_slurm_env_nodes_survives_losing_one(
     env = {**entry_env(), **cluster.env, "PYTHONPATH": str(ROOT)}
     submit = [str(python), "-m", "air.cli.main", "fleet", "submit", str(folder.root), "--nodes", "2",
               "--restart-delay", "2", "--node-args", "--host 127.0.0.1 --bind 127.0.0.1"]  # fmt: skip
-    done = subprocess.run(submit, env=env, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    done = subprocess.run(submit, env=env, capture_output=True, text=True, timeout=backstop(120), cwd=ROOT)
     assert done.returncode == 0, done.stderr
     job = done.stdout.strip().rsplit(" ", 1)[-1]
     when: dict[str, float] = {}
@@ -89,18 +90,18 @@ def test_rehearse_over_two_slurm_env_nodes_survives_losing_one(
     saboteur = threading.Thread(target=_saboteur, args=(cluster, job, folder, when, stop), daemon=True)
     out = tmp_path / "rehearsal"
     try:
-        wait_for(lambda: len(folder.records()) == 2, 300, "both env nodes recorded")
+        wait_for(lambda: len(folder.records()) == 2, backstop(300), "both env nodes recorded")
         saboteur.start()
         command = [sys.executable, "-m", "air.cli.main", "rehearse", "--config", str(config), "--steps", "3",
                    "--prime-rl", str(checkout), "--output", str(out), "--model", str(tiny_model_dir),
                    "--env-nodes", f"lane={folder.root}", "--node-lost-after", str(LOST_AFTER), "--json"]  # fmt: skip
         rehearsal = subprocess.run(command, capture_output=True, text=True, timeout=1800, cwd=ROOT,
                                    env={k: v for k, v in os.environ.items() if not k.startswith("SLURM")})  # fmt: skip
-        saboteur.join(timeout=300)
+        saboteur.join(timeout=backstop(300))
     finally:
         stop.set()
         cluster.run("scancel", job, check=False)
-        wait_for(lambda: not cluster.run("squeue", "-h", check=False).stdout.strip(), 180, "the job to end")
+        wait_for(lambda: not cluster.run("squeue", "-h", check=False).stdout.strip(), backstop(180), "the job to end")
         remove_private(folder)
     assert rehearsal.stdout.strip(), rehearsal.stderr[-3000:]
     report = json.loads(rehearsal.stdout.strip().splitlines()[-1])

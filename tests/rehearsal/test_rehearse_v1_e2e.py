@@ -24,6 +24,7 @@ from air.cli.main import main
 from air.rehearsal.v1.plan import free_port_block
 from air.sandbox.config import LABEL, LABEL_RUN
 from tests.opt_in import prime_rl_v1_checkout
+from tests.patience import backstop
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = """
@@ -94,7 +95,7 @@ def second_engine(tmp_path_factory, docker_image):
     try:
         yield f"unix://{folder}/docker.sock"
     finally:
-        subprocess.run(["bash", script, "stop", str(folder)], timeout=120)
+        subprocess.run(["bash", script, "stop", str(folder)], timeout=backstop(120))
 
 
 def engine(host: str, *args: str) -> str:
@@ -147,12 +148,12 @@ def test_rehearse_v1_with_an_env_server_on_a_second_engine(
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         try:
-            server.wait(timeout=60)
+            server.wait(timeout=backstop(60))
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
         creates_on_first.terminate()
-        watched_on_first = creates_on_first.communicate(timeout=30)[0]
+        watched_on_first = creates_on_first.communicate(timeout=backstop(30))[0]
     assert captured.out.strip(), captured.err[-3000:]
     report = json.loads(captured.out.strip().splitlines()[-1])
     assert status == 0, report["problems"]
@@ -185,7 +186,7 @@ def test_rehearse_v1_with_an_env_server_on_a_second_engine(
         assert engine(first_engine, "ps", "-aq", "--filter", f"label={LABEL_RUN}={label}").strip() == ""
 
 
-def _wait_listening(port: int, server: subprocess.Popen, log: Path, timeout: float = 300) -> None:
+def _wait_listening(port: int, server: subprocess.Popen, log: Path, timeout: float = backstop(300)) -> None:
     import socket
 
     deadline = time.monotonic() + timeout

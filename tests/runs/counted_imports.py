@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.patience import backstop
+
 HEAVY = ("verifiers", "openai", "docker", "datasets", "torch", "transformers", "pandas", "streamlit")
 
 _PROBE = f"""
@@ -24,7 +26,11 @@ print(json.dumps({{"code": code, "err": err.getvalue(), "heavy": heavy}}))
 def standalone_counting_imports(*args: str, cwd: Path) -> dict:
     """``{"code": exit status, "err": stderr, "heavy": the HEAVY modules imported}``."""
     result = subprocess.run(
-        [sys.executable, "-c", _PROBE, "standalone", *args], cwd=cwd, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", _PROBE, "standalone", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=backstop(120),
     )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.splitlines()[-1])

@@ -15,6 +15,7 @@ import pytest
 
 from air.serving.server import PolicyServer
 from tests.json_endpoint import JsonEndpoint, serve
+from tests.patience import backstop
 from tests.runs.counted_imports import standalone_counting_imports
 
 CRASH = {"error": {"message": "model crashed: CUDA out of memory", "type": "InternalServerError", "code": 500}}
@@ -128,7 +129,7 @@ def test_an_endpoint_failing_every_rollout_is_said_once_with_its_count(tmp_path:
         env={**os.environ, "COLUMNS": "400"},
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=backstop(300),
     )
     assert result.returncode == 1, result.stdout + result.stderr  # every rollout masked
     said = [line for line in result.stderr.splitlines() if "model crashed" in line]

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from air.env.trajectory_reader import iter_trajectory_paths, load_trajectory
+from tests.patience import backstop
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(400)]
@@ -41,7 +42,7 @@ def _start(tmp_path: Path, out: Path, image: str, sleep_s: int, steps: int = 3) 
     )
 
 
-def _wait_for(condition, proc: subprocess.Popen[str], what: str, limit_s: float = 240) -> None:
+def _wait_for(condition, proc: subprocess.Popen[str], what: str, limit_s: float = backstop(240)) -> None:
     deadline = time.monotonic() + limit_s
     while not condition():
         if proc.poll() is not None:
@@ -55,7 +56,7 @@ def _wait_for(condition, proc: subprocess.Popen[str], what: str, limit_s: float 
 def _ctrl_c(proc: subprocess.Popen[str], tmp_path: Path) -> tuple[str, str]:
     os.killpg(proc.pid, signal.SIGINT)
     os.killpg(proc.pid, signal.SIGINT)  # `uv run` forwards the keypress again: still one Ctrl-C
-    _, stderr = proc.communicate(timeout=120)
+    _, stderr = proc.communicate(timeout=backstop(120))
     stdout = _text(tmp_path / "stdout.txt")
     assert proc.returncode == 130, stdout + stderr
     assert "Traceback" not in stdout + stderr, stderr

@@ -27,6 +27,7 @@ from air.runs.run_folder import open_run_folder
 from air.viewer import stats
 from air.viewer.index import TrajectoryIndex
 from rigs.synthetic_runs import synthetic_record
+from tests.patience import backstop
 
 
 def _core(tmp_path: Path) -> MLGymCore:
@@ -182,7 +183,7 @@ def test_ctrl_c_during_the_summary_still_writes_it_whole(tmp_path: Path) -> None
         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=backstop(120),
     )
     assert "Traceback" not in done.stderr and "never retrieved" not in done.stderr, done.stderr
     summary = json.loads((out / "summary.json").read_text())

@@ -14,6 +14,7 @@ from air.sandbox.config import SandboxConfig
 from air.sandbox.errors import SandboxImageMissing
 from air.sandbox.pool import SandboxPool
 from tests.env.test_trajectories import make_record
+from tests.patience import backstop
 
 MISSING = "air-sandbox:no-such-recipe-0000"
 FIX = "uv run air build-image"
@@ -21,7 +22,11 @@ FIX = "uv run air build-image"
 
 def air(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "air.run_training", *args], capture_output=True, text=True, cwd=cwd, timeout=240
+        [sys.executable, "-m", "air.run_training", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=backstop(240),
     )
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from air.runs.run_log import console_lines, log_file
+from tests.patience import backstop
 from tests.runs.counted_imports import standalone_counting_imports
 
 
@@ -85,7 +86,7 @@ def test_a_disk_that_fills_during_the_run_stops_it_once_with_its_files_whole(tmp
 
         filler = threading.Thread(target=fill_after_the_first_step)
         filler.start()
-        _, stderr = proc.communicate(timeout=300)
+        _, stderr = proc.communicate(timeout=backstop(300))
         filler.join()
         lines = steps.read_text().splitlines()
         summary = run / "summary.json"

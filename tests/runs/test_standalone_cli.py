@@ -17,6 +17,7 @@ from air.cli.main import main
 from air.env.trajectory_reader import iter_trajectory_paths, load_trajectory
 from air.runs.run_folder import RunFolderError, open_run_folder
 from air.runs.standalone_settings import SIMPLE_ENV_TASK
+from tests.patience import backstop
 
 
 def _air(*args: str, cwd: Path) -> subprocess.Popen[str]:
@@ -126,7 +127,7 @@ def test_bad_json_in_an_env_arg_is_an_error_and_a_bare_word_a_string(capsys: pyt
 def test_simple_env_says_what_it_plays_and_writes(tmp_path: Path) -> None:
     out = tmp_path / "run"
     proc = _air("standalone", "--env", "simple_env", "--steps", "1", "--output-dir", str(out), cwd=tmp_path)
-    stdout, stderr = proc.communicate(timeout=240)
+    stdout, stderr = proc.communicate(timeout=backstop(240))
     assert proc.returncode == 0, stderr
     text = stdout
     assert f"on {SIMPLE_ENV_TASK} against" in text and "laneMerge" not in text

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.patience import backstop
 from tests.second_engine import SecondEngine
 
 
@@ -31,7 +32,7 @@ def _start(engine: SecondEngine, out: Path, run_id: str, steps: int, *args: str)
     return subprocess.Popen(argv, env=env, cwd=out.parent, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def _wait_for_steps(out: Path, count: int, process: subprocess.Popen[str], timeout: float = 240) -> None:
+def _wait_for_steps(out: Path, count: int, process: subprocess.Popen[str], timeout: float = backstop(240)) -> None:
     deadline = time.monotonic() + timeout
     steps = out / "steps.jsonl"
     while time.monotonic() < deadline and process.poll() is None:

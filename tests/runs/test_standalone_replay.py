@@ -16,6 +16,7 @@ from air.env.trajectory_reader import iter_trajectory_paths, load_trajectory
 from air.runs.replay import replay_trajectory, scores_match
 from air.runs.standalone import StandaloneSettings, group_advantages, run_standalone, step_statistics
 from tests.mlgym_like import write_mlgym_like_root
+from tests.patience import backstop
 
 
 def test_advantages_are_reward_minus_group_mean():
@@ -85,7 +86,10 @@ def test_air_standalone_runs_steps_on_a_builtin_task(recorded_run):
 
 def test_python_dash_m_entry_point_works():
     result = subprocess.run(
-        [sys.executable, "-m", "air.run_training", "standalone", "--help"], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "air.run_training", "standalone", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=backstop(120),
     )
     assert result.returncode == 0 and "--rollouts-per-example" in result.stdout
 

@@ -18,6 +18,7 @@ import pytest
 from air.env.trajectories import BaselineInfo, TrajectoryRecord, Turn, write_trajectory
 from air.runs.standalone import StandaloneSettings, run_standalone
 from air.runs.wandb_logging import MAX_COMMANDS_CHARS, SAMPLE_COLUMNS, WandbStepLogger, WandbUnavailable, sample_rows
+from tests.patience import backstop
 
 # --- reading an offline run back ------------------------------------------------------------------
 # wandb writes records in the LevelDB log format: a 7-byte file header (":W&B", magic 0xBEE1, version),
@@ -91,7 +92,7 @@ class OfflineRun:
         return [dict(zip(table["columns"], row, strict=True)) for row in table["data"]]
 
 
-def offline_run(wandb_dir: Path, wait_s: float = 30.0) -> OfflineRun:
+def offline_run(wandb_dir: Path, wait_s: float = backstop(30)) -> OfflineRun:
     """The offline run's transaction log, once wandb's background writer has put the run and its exit
     record on disk (``run.finish`` can return before; under load the test read a log without them)."""
     import time

@@ -14,6 +14,7 @@ import pytest
 from air.sandbox.config import SandboxConfig
 from air.sandbox.container import Sandbox
 from air.sandbox.disk_watch import ENTRY_BYTES, MIN_DELAY_S, DiskWatch, Measure
+from tests.patience import backstop
 
 LIMIT = re.compile(r"(the sandbox holds [\d.]+[KMG]? of its 200M disk limit|cannot be counted against its 200M disk)")
 # 300 folders of 30 characters, one in the other: a working directory 9,000 bytes long.
@@ -102,7 +103,7 @@ async def freed(box: Sandbox, what: str) -> None:
     # While the watch cannot count (a problem), each check (every 0.5 s) stops the command in flight, this rm
     # too when the host is slow: as an agent would, run it again; each run deletes more (seen beside a second suite).
     for _ in range(20):
-        gone = await box.run(f"rm -rf {what} && echo freed", timeout=120)
+        gone = await box.run(f"rm -rf {what} && echo freed", timeout=backstop(120))
         if gone.output.endswith("freed\n") or not gone.halted:
             break
     assert gone.output.endswith("freed\n"), gone.output
@@ -114,8 +115,8 @@ async def freed(box: Sandbox, what: str) -> None:
 @pytest.mark.docker
 @pytest.mark.timeout(240)
 async def test_a_path_past_path_max_does_not_blind_the_watch(sandbox: Sandbox):
-    await sandbox.run(LONG_PATH, timeout=60)
-    writer = await sandbox.run(WRITE_900M, timeout=120)
+    await sandbox.run(LONG_PATH, timeout=backstop(60))
+    writer = await sandbox.run(WRITE_900M, timeout=backstop(120))
     assert writer.exit_code != 0 and "never" not in writer.output and LIMIT.search(writer.output), writer.output
     assert "path longer than 4096 bytes" in writer.output, writer.output
     written = await sandbox.run("du -sm ~ 2>/dev/null | cut -f1")
@@ -129,7 +130,7 @@ async def test_a_path_past_path_max_does_not_blind_the_watch(sandbox: Sandbox):
 @pytest.mark.docker
 @pytest.mark.timeout(300)
 async def test_empty_folders_count_and_a_big_file_after_them_is_seen(sandbox: Sandbox):
-    folders = await sandbox.run(FOLDERS, timeout=200)
+    folders = await sandbox.run(FOLDERS, timeout=backstop(200))
     assert folders.exit_code != 0 and "never" not in folders.output and LIMIT.search(folders.output), folders
     made = await sandbox.run("ls m | wc -l")
     assert int(made.output.split()[0]) < 250_000 and LIMIT.search(made.output), made.output  # stopped, still over

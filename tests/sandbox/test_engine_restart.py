@@ -12,6 +12,7 @@ from air.sandbox.config import SandboxConfig
 from air.sandbox.container import reset_docker_client
 from air.sandbox.errors import EngineGone, SandboxDied
 from air.sandbox.pool import SandboxPool
+from tests.patience import backstop
 from tests.second_engine import SecondEngine
 
 
@@ -29,7 +30,7 @@ def _config(engine: SecondEngine, wait_s: float = 120) -> SandboxConfig:
     return SandboxConfig(image=engine.image, engine_wait_s=wait_s, run_id=f"test-engine-{secrets.token_hex(4)}")
 
 
-async def _until_none_left(engine: SecondEngine, run_id: str, timeout: float = 30) -> list[str]:
+async def _until_none_left(engine: SecondEngine, run_id: str, timeout: float = backstop(30)) -> list[str]:
     left = engine.containers(run_id)
     for _ in range(int(timeout * 4)):
         if not left:

@@ -21,6 +21,7 @@ from air.sandbox.config import LABEL_HOST, LABEL_PID, LABEL_RUN, SandboxConfig
 from air.sandbox.pool import SandboxPool
 from air.sandbox.removal import reap_orphans
 from tests.containers import existing
+from tests.patience import backstop
 
 pytestmark = pytest.mark.docker
 
@@ -79,7 +80,7 @@ def _owner_ids(config: SandboxConfig, mode: str, host: str) -> tuple[subprocess.
 _existing = existing
 
 
-def _wait_gone(ids: list[str], timeout: float = 120) -> set[str]:
+def _wait_gone(ids: list[str], timeout: float = backstop(120)) -> set[str]:
     """Which of ``ids`` are still there once all are gone or ``timeout`` passed (generous: a loaded engine
     removes slowly; the wait ends as soon as they are gone)."""
     deadline = time.monotonic() + timeout
@@ -153,7 +154,7 @@ async def test_a_dead_ready_container_is_replaced(sandbox_config: SandboxConfig)
 def test_orphans_of_a_sigkilled_owner_are_reaped(sandbox_config: SandboxConfig, alone_on_the_host: str) -> None:
     proc, ids = _owner_ids(sandbox_config, "wait", alone_on_the_host)
     proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=30)
+    proc.wait(timeout=backstop(30))
     assert _existing(ids) == set(ids)  # SIGKILL leaves them behind...
     reaped = reap_orphans()
     assert set(ids) <= set(reaped)  # ...and the next start removes them
@@ -173,7 +174,7 @@ def test_a_container_removed_by_its_owner_while_we_reap_is_skipped(
     live, live_ids = _owner_ids(sandbox_config, "wait", alone_on_the_host)
     dead, dead_ids = _owner_ids(sandbox_config, "wait", alone_on_the_host)
     dead.send_signal(signal.SIGKILL)
-    dead.wait(timeout=30)
+    dead.wait(timeout=backstop(30))
     original_get = ContainerCollection.get
     vanished: list[str] = []
 
@@ -189,7 +190,7 @@ def test_a_container_removed_by_its_owner_while_we_reap_is_skipped(
     finally:
         monkeypatch.setattr(ContainerCollection, "get", original_get)
         live.send_signal(signal.SIGTERM)
-        live.wait(timeout=60)
+        live.wait(timeout=backstop(60))
     assert vanished, "the race was not staged: no container of the live owner was listed"
     assert set(dead_ids) <= set(reaped) and not _existing(dead_ids)
 
@@ -203,7 +204,7 @@ def test_reaping_spares_containers_of_live_owners(sandbox_config: SandboxConfig,
         assert labels[LABEL_PID] == str(proc.pid)
     finally:
         proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
+        proc.wait(timeout=backstop(60))
 
 
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGINT", "exit"])
@@ -211,7 +212,7 @@ def test_owner_cleans_up_on_signals_and_exit(sandbox_config: SandboxConfig, how:
     proc, ids = _owner_ids(sandbox_config, "exit" if how == "exit" else "wait", alone_on_the_host)
     if how != "exit":
         proc.send_signal(getattr(signal, how))
-    proc.wait(timeout=60)
+    proc.wait(timeout=backstop(60))
     assert not _wait_gone(ids), f"containers left after {how}"
 
 

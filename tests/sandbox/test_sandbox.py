@@ -12,6 +12,7 @@ from air.sandbox.config import LABEL, LABEL_PID, SandboxConfig, owner_labels, pa
 from air.sandbox.container import Sandbox, container_kwargs
 from air.sandbox.errors import SandboxDied
 from tests.containers import existing
+from tests.patience import backstop
 
 pytestmark = pytest.mark.docker
 
@@ -102,7 +103,7 @@ async def test_timeout_spares_earlier_background_jobs(patient: Sandbox) -> None:
 async def test_huge_output_is_capped_with_bounded_memory(sandbox: Sandbox) -> None:
     tracemalloc.start()
     try:
-        result = await sandbox.run("yes | head -c 200M; echo; echo THE-END", timeout=120)
+        result = await sandbox.run("yes | head -c 200M; echo; echo THE-END", timeout=backstop(120))
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -117,14 +118,14 @@ async def test_huge_output_is_capped_with_bounded_memory(sandbox: Sandbox) -> No
 async def test_killed_container_raises_the_typed_error(sandbox: Sandbox) -> None:
     await asyncio.to_thread(sandbox.container.kill)
     with pytest.raises(SandboxDied, match="container"):
-        await sandbox.run("echo hello", timeout=10)
+        await sandbox.run("echo hello", timeout=backstop(10))
 
 
 @pytest.mark.parametrize("ending", ["kill -9 $$", "exec true", "kill -9 $PPID $$"])
 async def test_a_shell_the_agent_ends_is_replaced_and_the_agent_told(sandbox: Sandbox, ending: str) -> None:
     await sandbox.run("mkdir -p /tmp/here && cd /tmp/here && echo kept > note && export GONE=1")
     old_pid = sandbox.shell.pid
-    result = await sandbox.run(f"echo before; {ending}", timeout=30)
+    result = await sandbox.run(f"echo before; {ending}", timeout=backstop(30))
     assert result.shell_restarted and result.exit_code is None and not result.timed_out
     assert result.output.startswith("before\n") and "a new shell was started in /tmp/here" in result.output
     assert sandbox.shell.pid != old_pid
@@ -134,7 +135,7 @@ async def test_a_shell_the_agent_ends_is_replaced_and_the_agent_told(sandbox: Sa
 
 async def test_a_shell_killed_between_commands_is_replaced(sandbox: Sandbox) -> None:
     await sandbox.exec_root(["kill", "-KILL", str(sandbox.shell.pid)])
-    result = await sandbox.run("echo hello", timeout=10)
+    result = await sandbox.run("echo hello", timeout=backstop(10))
     assert result.shell_restarted and "a new shell was started" in result.output
     assert (await sandbox.run("echo hello")).output == "hello\n"
 
@@ -144,7 +145,7 @@ async def test_the_agent_cannot_end_its_container(sandbox: Sandbox) -> None:
     owners = await sandbox.run("ps -o user=,args= -p 1; ps -o user= -C sleep")
     assert owners.output.split("\n")[0].split()[0] == "root" and owners.output.split()[-1] == "root"
     for attempt in ["kill -9 1", "kill -STOP 1", "pkill -9 -x sleep", "kill -9 -1"]:
-        await sandbox.run(attempt, timeout=30)
+        await sandbox.run(attempt, timeout=backstop(30))
     trace = await sandbox.run(
         "python3 -c 'import ctypes, os; libc = ctypes.CDLL(None, use_errno=True); "
         "print(libc.ptrace(16, 1, 0, 0), os.strerror(ctypes.get_errno()))'"  # 16: PTRACE_ATTACH

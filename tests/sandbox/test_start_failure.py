@@ -14,6 +14,7 @@ from air.sandbox.errors import SandboxDied
 from air.sandbox.removal import remove_stopped_owned
 from air.sandbox.shell import Shell
 from tests.containers import existing
+from tests.patience import backstop
 
 pytestmark = pytest.mark.docker
 
@@ -50,7 +51,7 @@ def test_the_restart_clean_up_removes_what_the_restart_stopped_never_a_start_und
         stopped = client.containers.run(**kwargs, detach=True)
         made.append(stopped)
         stopped.kill()
-        stopped.wait(timeout=30)
+        stopped.wait(timeout=backstop(30))
         cut_off = client.containers.create(**kwargs)
         made.append(cut_off)
         looked = client.info()["SystemTime"]  # the clean-up reads the engine's clock here ...

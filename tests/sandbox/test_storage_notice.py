@@ -12,6 +12,7 @@ import pytest
 
 from air.runs.run_log import log_file
 from air.sandbox.storage import can_size, storage_driver
+from tests.patience import backstop
 
 # A program that logs as a plain script does (INFO and up to stderr) and asks the engine for its driver.
 ASK = (
@@ -73,7 +74,9 @@ def test_first_notice_is_true_once_per_engine(tmp_path: Path) -> None:
 def test_the_warning_is_one_line_once_per_engine_across_processes(
     unsized_engine: docker.DockerClient, air_cache_dir: Path
 ) -> None:
-    runs = [subprocess.run([sys.executable, "-c", ASK], capture_output=True, text=True, timeout=120) for _ in "ab"]
+    runs = [
+        subprocess.run([sys.executable, "-c", ASK], capture_output=True, text=True, timeout=backstop(120)) for _ in "ab"
+    ]
     first, second = ([line for line in run.stderr.splitlines() if "quota" in line] for run in runs)
     (warning,) = [line for line in first if line.startswith("WARNING")]
     assert "no disk quota for sandboxes on this Docker engine" in warning and "said once per engine" in warning

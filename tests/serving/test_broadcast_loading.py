@@ -16,6 +16,7 @@ import pytest
 
 from air.serving.server import PolicyServer
 from tests.lora_files import ALPHA, RANK, write_adapter
+from tests.patience import backstop
 
 REPLY = "ls data\n```bash\nhead -3 data/train.csv\n```"
 PROMPT = [{"role": "user", "content": "Beat the baseline on data/train.csv."}]
@@ -44,7 +45,7 @@ def base(tiny_model_dir: Path):
 
 def chat(server: PolicyServer, model: str) -> tuple[list[int], list[int], list[float]]:
     body = {"model": model, "messages": PROMPT, "logprobs": True, "return_token_ids": True}
-    answer = httpx.post(f"{server.base_url}/chat/completions", json=body, timeout=30).json()
+    answer = httpx.post(f"{server.base_url}/chat/completions", json=body, timeout=backstop(30)).json()
     choice = answer["choices"][0]
     return (
         answer["prompt_token_ids"],
@@ -81,7 +82,7 @@ def lora_hooks(model, tensors: dict) -> list:
 
 
 def post(server: PolicyServer, route: str, body: dict) -> httpx.Response:
-    return httpx.post(server.base_url.removesuffix("/v1") + route, json=body, timeout=30)
+    return httpx.post(server.base_url.removesuffix("/v1") + route, json=body, timeout=backstop(30))
 
 
 def test_a_loaded_lora_adapter_serves_the_updated_models_logprobs(server, base, tmp_path):

@@ -19,6 +19,7 @@ from air.serving.generation_engine import GenerationEngine
 from air.serving.sampling import SamplingParams
 from air.serving.server import PolicyServer
 from air.serving.token_scorer import PromptTooLong, TokenScorer
+from tests.patience import backstop
 from tests.sampling_check import PRIME_RL_EXTRA, expected_logprobs
 
 MESSAGES = [{"role": "user", "content": "Write one command that lists the data files."}]
@@ -51,7 +52,7 @@ def engine(scorer: TokenScorer):
 def test_samples_carry_the_logprobs_they_were_drawn_with(engine, scorer, reference, temperature, top_k, top_p):
     prompt = scorer.prompt_ids(MESSAGES)
     params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, max_tokens=24, seed=5)
-    [sample] = engine.submit(prompt, params).result(timeout=120)
+    [sample] = engine.submit(prompt, params).result(timeout=backstop(120))
     assert sample.prompt_ids == prompt and 1 <= len(sample.token_ids) <= 24
     wanted = expected_logprobs(reference, prompt, sample.token_ids, temperature, top_k, top_p)
     assert sample.logprobs == pytest.approx(wanted, abs=2e-3)
@@ -65,7 +66,7 @@ def test_greedy_is_the_argmax_at_every_step_with_unscaled_logprobs(engine, score
     import torch
 
     prompt = scorer.prompt_ids(MESSAGES)
-    [sample] = engine.submit(prompt, SamplingParams(temperature=0, max_tokens=16)).result(timeout=120)
+    [sample] = engine.submit(prompt, SamplingParams(temperature=0, max_tokens=16)).result(timeout=backstop(120))
     with torch.inference_mode():
         logits = reference(input_ids=torch.tensor([prompt + sample.token_ids])).logits[0].float()
     for place, token in enumerate(sample.token_ids):
@@ -80,7 +81,9 @@ def test_batching_does_not_change_a_seeded_sample(scorer):
     params = [SamplingParams(temperature=1.0, max_tokens=12 + 3 * i, seed=100 + i) for i in range(6)]
     alone_engine = GenerationEngine(scorer)
     try:
-        alone = [alone_engine.submit(p, s).result(timeout=120)[0] for p, s in zip(prompts, params, strict=True)]
+        alone = [
+            alone_engine.submit(p, s).result(timeout=backstop(120))[0] for p, s in zip(prompts, params, strict=True)
+        ]
         assert alone_engine.stats.largest_batch == 1
     finally:
         alone_engine.close()
@@ -99,26 +102,30 @@ def test_batching_does_not_change_a_seeded_sample(scorer):
 
 def test_stop_strings_token_ids_and_length_end_a_sample_as_vllm_does(engine, scorer):
     prompt = scorer.prompt_ids(MESSAGES)
-    [free] = engine.submit(prompt, SamplingParams(temperature=0, max_tokens=30, ignore_eos=True)).result(timeout=120)
+    [free] = engine.submit(prompt, SamplingParams(temperature=0, max_tokens=30, ignore_eos=True)).result(
+        timeout=backstop(120)
+    )
     assert free.finish_reason == "length" and len(free.token_ids) == 30
     # A stop string: the first piece of text the greedy sample writes after its first few tokens.
     stop = free.text[len(scorer.tokenizer.decode(free.token_ids[:3], skip_special_tokens=True)) :][:2]
     assert stop, "the greedy sample wrote no text to stop on"
     params = SamplingParams(temperature=0, max_tokens=30, ignore_eos=True, stop=(stop,))
-    [cut] = engine.submit(prompt, params).result(timeout=120)
+    [cut] = engine.submit(prompt, params).result(timeout=backstop(120))
     assert (cut.finish_reason, cut.stop_reason) == ("stop", stop)
     assert cut.text == free.text[: free.text.find(stop)] and stop not in cut.text
     assert cut.token_ids == free.token_ids[: len(cut.token_ids)]
     third = free.token_ids[2]
     by_id = SamplingParams(temperature=0, max_tokens=30, ignore_eos=True, stop_token_ids=(third,))
-    [stopped] = engine.submit(prompt, by_id).result(timeout=120)
+    [stopped] = engine.submit(prompt, by_id).result(timeout=backstop(120))
     assert stopped.token_ids == free.token_ids[: free.token_ids.index(third) + 1]
     assert (stopped.finish_reason, stopped.stop_reason) == ("stop", third)
 
 
 def test_n_choices_differ_and_a_prompt_past_the_context_is_refused(engine, scorer):
     prompt = scorer.prompt_ids(MESSAGES)
-    samples = engine.submit(prompt, SamplingParams(temperature=1.0, max_tokens=10, seed=1), n=4).result(timeout=120)
+    samples = engine.submit(prompt, SamplingParams(temperature=1.0, max_tokens=10, seed=1), n=4).result(
+        timeout=backstop(120)
+    )
     assert len(samples) == 4 and len({tuple(s.token_ids) for s in samples}) > 1
     with pytest.raises(PromptTooLong, match="maximum context length"):
         engine.submit([5] * scorer.max_model_len, SamplingParams())

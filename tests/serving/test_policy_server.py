@@ -41,6 +41,7 @@ from air.policies.scripted import (
 )
 from air.serving.server import PolicyServer, PolicyServerError
 from air.tasks.loader import BUILTIN_TASK_ROOT, load_task
+from tests.patience import backstop
 
 SYSTEM = "You are an ML research agent. Reply with reasoning, then one command in one fenced bash block."
 WORKSPACE = "/home/agent/workspace"
@@ -603,7 +604,7 @@ def test_serve_forever_prints_the_url_serves_and_stops_on_ctrl_c():
         process.send_signal(signal.SIGINT)
         try:
             # Generous: it once ran past 30 s on a host loaded with a second test suite.
-            rest, _ = process.communicate(timeout=60)
+            rest, _ = process.communicate(timeout=backstop(60))
         except subprocess.TimeoutExpired:
             process.kill()
             rest, _ = process.communicate()
@@ -629,7 +630,7 @@ def _lay_out(task_name: str, workspace: Path) -> None:
 def _evaluate(task_name: str, workspace: Path) -> dict:
     args = ["--submission_file", "submission.csv"] if task_name != "laneMerge" else []
     result = subprocess.run(
-        [sys.executable, "evaluate.py", *args], cwd=workspace, capture_output=True, text=True, timeout=120
+        [sys.executable, "evaluate.py", *args], cwd=workspace, capture_output=True, text=True, timeout=backstop(120)
     )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
@@ -652,7 +653,7 @@ def test_improve_playbook_beats_the_baseline_on_the_host(client, tmp_path, task_
             scores.append(metrics[task.primary_metric])
             return f"Baseline Score: {task.baseline}\nEvaluation Score: {metrics}"
         result = subprocess.run(
-            ["bash", "-c", command], cwd=workspace, env=env, capture_output=True, text=True, timeout=300
+            ["bash", "-c", command], cwd=workspace, env=env, capture_output=True, text=True, timeout=backstop(300)
         )
         assert result.returncode == 0, f"{command!r} failed:\n{result.stderr}"
         return result.stdout + result.stderr

@@ -22,6 +22,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from tests.patience import backstop
+
 TASK_ROOT = Path(__file__).resolve().parents[2] / "air" / "tasks" / "builtin"
 CONFIGS = TASK_ROOT / "configs"
 
@@ -50,7 +52,7 @@ TASK_KEYS = {
     "secret_files",
 }
 DATASET_KEYS = {"name", "description", "data_path", "is_local"}
-SUBPROCESS_TIMEOUT = 120
+SUBPROCESS_TIMEOUT = backstop(120)
 
 
 # ----------------------------------------------------------------------------- helpers

@@ -27,6 +27,7 @@ from tests.mlgym_like import (
     write_mlgym_like_tools,
 )
 from tests.opt_in import MLGYM_CHECKOUT
+from tests.patience import backstop
 
 MLGYM_ROOT = MLGYM_CHECKOUT or None  # captured before conftest clears $MLGYM_ROOT
 needs_checkout = pytest.mark.skipif(not MLGYM_ROOT, reason="set MLGYM_ROOT to a real MLGym checkout to run this")
@@ -176,7 +177,12 @@ def _install_locally(toolset: ToolSet, where: Path, monkeypatch: pytest.MonkeyPa
 def _bash(script: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {"PATH": os.environ["PATH"], "HOME": str(cwd)}
     return subprocess.run(
-        ["bash", "--noprofile", "--norc", "-c", script], cwd=cwd, env=env, capture_output=True, text=True, timeout=30
+        ["bash", "--noprofile", "--norc", "-c", script],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=backstop(30),
     )
 
 

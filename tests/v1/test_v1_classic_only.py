@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.patience import backstop
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -20,7 +22,7 @@ def test_classic_only_commands_say_so_in_one_line(argv: list[str], tmp_path: Pat
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "HOME": str(tmp_path)},
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=backstop(120),
     )
     assert done.returncode == 1, done.stdout + done.stderr
     assert "Traceback" not in done.stderr

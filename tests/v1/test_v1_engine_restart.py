@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from air.serving.server import PolicyServer
+from tests.patience import backstop
 from tests.second_engine import SecondEngine
 
 pytest.importorskip("verifiers.v1")
@@ -27,7 +28,7 @@ def _stop_during_the_first_sleep(engine: SecondEngine, run_id: str, done: thread
     """Stop the engine once an agent's `sleep 10` runs in one of the run's containers, start it 3 s later."""
     client = engine.client()
     try:
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + backstop(300)
         while time.monotonic() < deadline and not done.is_set():
             for container in client.containers.list(filters={"label": f"air.run={run_id}"}, ignore_removed=True):
                 try:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.patience import backstop
 from tests.printed_hints import (
     REPO,
     air_parse_problem,
@@ -23,7 +24,7 @@ VF_EVAL = Path(sys.executable).parent / "vf-eval"
 
 def vf_eval_dry_run(argv: list[str], out: Path) -> subprocess.CompletedProcess[str]:
     command = [str(VF_EVAL), *argv, "--dry-run", "--output-dir", str(out)]
-    return subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO)
+    return subprocess.run(command, capture_output=True, text=True, timeout=backstop(300), cwd=REPO)
 
 
 def test_this_environment_is_the_v1_front() -> None:

@@ -14,13 +14,14 @@ import pytest
 
 from air.sandbox.storage import can_size, storage_driver
 from air.serving.server import PolicyServer
+from tests.patience import backstop
 
 SETUP = "import sys; from verifiers.v1.utils.logging import setup_logging; "
 WARN = "import air_mlgym, logging; air_mlgym.MLGymTaskset; logging.getLogger('air.sandbox.storage').warning('no quota')"
 
 
 def run_python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=backstop(120))
 
 
 def test_under_the_dashboard_the_warning_goes_to_the_log_file(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from streamlit.testing.v1 import AppTest
 from air.env.trajectories import BaselineInfo, TrajectoryRecord, write_trajectory
 from air.viewer.index import TrajectoryIndex, run_of
 from air.viewer.stats import Filters, apply_filters, reward_per_step, rollout_frame, zero_advantage_share
+from tests.patience import backstop
 
 APP = str(Path(__file__).resolve().parents[2] / "air" / "visualize.py")
 RUNS = {"20261125-010203-aaaaaa": 1.0, "20261125-010203-bbbbbb": 0.0, "20261125-010204-cccccc": 0.5}
@@ -100,7 +101,7 @@ def test_wandb_files_are_not_unreadable_trajectories_but_a_broken_one_is(standal
 
 def test_the_viewer_shows_a_run_column_and_filters_by_run(standalone: Path, monkeypatch) -> None:
     monkeypatch.setenv("AIR_TRAJECTORY_DIR", str(standalone))
-    at = AppTest.from_file(APP, default_timeout=60)
+    at = AppTest.from_file(APP, default_timeout=backstop(60))
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     assert sorted(set(at.dataframe[0].value["run"])) == sorted(RUNS)

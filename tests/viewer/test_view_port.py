@@ -21,6 +21,7 @@ import pytest
 
 from air.viewer.launch import DEFAULT_PORT, ViewerPortError, choose_port, port_free
 from air.viewer.local_server import free_port
+from tests.patience import backstop
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -51,7 +52,9 @@ def _air_view(*args: str) -> list[str]:
 def test_an_explicit_port_in_use_is_refused_in_one_line_naming_it_and_the_fix(tmp_path: Path) -> None:
     port = free_port()
     with occupied(port):
-        done = subprocess.run(_air_view(str(tmp_path), "--port", str(port)), capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            _air_view(str(tmp_path), "--port", str(port)), capture_output=True, text=True, timeout=backstop(60)
+        )
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 1, done.stderr
     assert lines == [
@@ -81,7 +84,7 @@ def test_the_default_port_moves_past_a_busy_one_and_the_printed_url_and_ssh_line
             _air_view(str(tmp_path)), stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO
         )
         try:
-            deadline, text, answered = time.monotonic() + 90, "", False
+            deadline, text, answered = time.monotonic() + backstop(90), "", False
             while not answered and time.monotonic() < deadline and process.poll() is None:
                 time.sleep(0.2)
                 log.seek(0)
@@ -94,7 +97,7 @@ def test_the_default_port_moves_past_a_busy_one_and_the_printed_url_and_ssh_line
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGTERM)
-            process.wait(timeout=30)
+            process.wait(timeout=backstop(30))
     assert answered, f"no printed port answered:\n{text[-3000:]}"
     assert port != DEFAULT_PORT
     assert f"air view: port {DEFAULT_PORT} is in use: serving on {port}\n" in text

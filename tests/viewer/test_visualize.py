@@ -17,6 +17,7 @@ from air.viewer.plain import JOINER
 from rigs.mlgym_runs import write_mlgym_run
 from rigs.synthetic_runs import MIXED_ROLLOUTS as ROLLOUTS
 from rigs.synthetic_runs import write_mixed_folder
+from tests.patience import backstop
 
 _MD = MarkdownIt("commonmark")
 APP = str(Path(__file__).resolve().parents[2] / "air" / "visualize.py")
@@ -29,7 +30,7 @@ def folder(tmp_path: Path) -> Path:
 
 def _app(folder: Path, monkeypatch: pytest.MonkeyPatch, **query: str) -> AppTest:
     monkeypatch.setenv("AIR_TRAJECTORY_DIR", str(folder))
-    at = AppTest.from_file(APP, default_timeout=60)
+    at = AppTest.from_file(APP, default_timeout=backstop(60))
     for key, value in query.items():
         at.query_params[key] = value
     at.run()

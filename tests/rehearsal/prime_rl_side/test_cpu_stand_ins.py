@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from tests.patience import backstop
 from tests.rehearsal.prime_rl_side import PRIME_RL_SIDE
 
 STAND_INS = PRIME_RL_SIDE / "stand_ins" / "cpu"
@@ -29,7 +30,7 @@ for call in (flash_attn_varlen_func, PyNcclCommunicator, StatelessProcessGroup.c
 
 def test_the_stand_ins_import_and_refuse_every_call(tmp_path):
     done = subprocess.run(
-        [sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=60, cwd=tmp_path,
+        [sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=backstop(60), cwd=tmp_path,
         env={"PYTHONPATH": str(STAND_INS), "PATH": "/usr/bin:/bin"},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr

@@ -13,6 +13,7 @@ import textwrap
 
 import pytest
 
+from tests.patience import backstop
 from tests.rehearsal.prime_rl_side import PRIME_RL_SIDE
 
 torch = pytest.importorskip("torch", reason="torch is not installed in this venv")
@@ -63,7 +64,7 @@ def run_step(tmp_path, mode: str) -> subprocess.CompletedProcess:
         [sys.executable, "-c", STEP, mode, str(tmp_path / "probe.jsonl")],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=backstop(120),  # 2 s idle; torch's import alone took over 120 s at load 20-30
         cwd=tmp_path,  # air_prime_rl from PYTHONPATH, not from whatever the cwd holds
         env={**os.environ, "PYTHONPATH": path},
     )
