@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import os
 import re
 import statistics
@@ -37,6 +38,9 @@ from air.runs.run_folder import RunFolder
 from air.runs.run_log import log_file
 from air.runs.standalone_settings import StandaloneSettings
 from air.sandbox.errors import SandboxesUnavailable
+from air.serving.served_model import is_model_spec
+
+log = logging.getLogger(__name__)
 
 
 class StepLogger(Protocol):
@@ -48,6 +52,26 @@ class StepLogger(Protocol):
 
     def finish(self, summary: dict[str, Any] | None) -> None:
         """``summary`` is None when the run failed."""
+
+
+def timeout_cause(error: Any, model_timeout: float) -> str | None:
+    """The one line for a rollout the model's time limit ended, naming the option that sets it; None for
+    any other error. An endpoint's silence (the client's timeout) or our own model's stall (its server's
+    500, air.serving.engine_progress) ended it."""
+    if isinstance(error, dict):
+        error = error.get("error_chain_repr") or error.get("error") or ""
+    text = str(error or "")
+    if "APITimeoutError" in text or "Request timed out" in text:
+        return (
+            f"the model did not answer within --model-timeout ({model_timeout:g} s, tried twice): "
+            "raise --model-timeout for a slow endpoint"
+        )
+    if "made no progress" in text:
+        return (
+            f"the local model made no progress for --model-timeout ({model_timeout:g} s): it is hung, or "
+            "the machine is that busy (raise --model-timeout)"
+        )
+    return None
 
 
 def group_advantages(rewards: list[float]) -> list[float]:
@@ -151,8 +175,11 @@ async def _run_steps(
     if settings.base_url is None:
         from air.serving.server import PolicyServer
 
-        # A spec: a scripted agent, or a model that samples its replies (smollm2, model:DIR).
-        server = PolicyServer(settings.policy, seed=settings.seed, vllm_model=settings.vllm_model)
+        # A spec: a scripted agent, or a model that samples its replies (smollm2, model:DIR). --model-timeout
+        # bounds the model's stalls there, not its requests: on a busy CPU it is slow, not hung.
+        server = PolicyServer(
+            settings.policy, seed=settings.seed, vllm_model=settings.vllm_model, stall_s=settings.model_timeout
+        )
         server.start()
         base_url, model, api_key = server.base_url, server.model_name, "scripted"
     else:
@@ -160,7 +187,9 @@ async def _run_steps(
         model = settings.model or "default"
         api_key = os.environ.get(settings.api_key_var, "EMPTY")
     # One retry: a transient 5xx or dropped connection is forgiven, a hung endpoint fails in 2 x model_timeout.
-    client = AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=settings.model_timeout, max_retries=1)
+    # Our own model's requests wait while its engine progresses (its server answers 500 on a stall).
+    timeout = None if server is not None and is_model_spec(settings.policy) else settings.model_timeout
+    client = AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=1)
     sampling: dict[str, Any] = {"temperature": settings.temperature}
     if settings.max_tokens:
         sampling["max_tokens"] = settings.max_tokens
@@ -193,9 +222,13 @@ async def _run_steps(
                             rollout_sampling(sampling, settings, row["info"], seeded=server is not None),
                             state_columns=["trajectory_path", "masked_because"],
                         )
+                        output = dict(output)
+                        if cause := timeout_cause(output.get("error"), settings.model_timeout):
+                            output["masked_because"] = cause  # the option to raise, not verifiers' "ModelError()"
+                            log.error(cause)  # once on the console (run_log counts the repeats)
                         if on_rollout:
                             on_rollout()
-                        return dict(output)
+                        return output
 
                     async def one_group(inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                         # In the group's own order, whichever rollout ends first: figures never follow timing.

@@ -11,18 +11,26 @@ model it started on.
 A sequence ends as vLLM ends it: an end-of-turn token (kept in its token ids, not in its text), one of
 the request's stop token ids or stop strings (the text cut before the string), ``max_tokens``, or a full
 context. Each token's logprob is the processed one it was drawn from (:mod:`air.serving.sampling`).
+
+A request is bounded by the engine's progress, not by a wall clock (:mod:`air.serving.engine_progress`);
+one its caller gives up on leaves the batch at the next token; :meth:`GenerationEngine.close` waits for the
+forward pass in flight.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import threading
-from concurrent.futures import Future
+import time
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any
 
+from air.serving.engine_progress import EngineStalled, Progress
+from air.serving.kv_cache import cache_layers, pad_left, set_cache_layers
 from air.serving.sampling import SamplingParams, draw, processed_logprobs, sequence_seed
 from air.serving.token_scorer import PromptTooLong, ScoredCompletion, TokenScorer, too_long_message
 
@@ -30,6 +38,8 @@ logger = logging.getLogger(__name__)
 
 MAX_BATCH = 16  # sequences advanced together; more wait for a place (2 CPU cores gain little past 8-16)
 MAX_PREFILL_TOKENS = 16384  # prompt tokens prefilled in one admission (padding included)
+STUCK_S = 60.0  # close() leaves a worker behind that used no CPU for this long (hung, not slow)
+POLL_S = 1.0  # how often a waiting request looks at the engine's progress (at most)
 
 
 @dataclass
@@ -49,7 +59,7 @@ class Sequence:
     text: str | None = None
 
 
-@dataclass
+@dataclass(eq=False)  # a request is itself, whatever its fields
 class Job:
     prompt_ids: list[int]
     params: SamplingParams
@@ -57,6 +67,12 @@ class Job:
     n: int
     future: Future
     done: list[ScoredCompletion | None] = field(default_factory=list)
+    submitted: float = field(default_factory=time.monotonic)
+
+    @property
+    def dropped(self) -> bool:
+        """Its caller gave up on it (its future ended before its sequences did)."""
+        return self.future.done() and any(done is None for done in self.done)
 
 
 @dataclass
@@ -99,6 +115,7 @@ class GenerationEngine:
         # Last: the worker reads everything above.
         self._thread = threading.Thread(target=self._run, name="generation-engine", daemon=True)
         self._thread.start()
+        self.progress = Progress(self._thread)  # before any request: only requests make the worker pass
 
     # ------------------------------------------------------------------ asking
 
@@ -106,6 +123,9 @@ class GenerationEngine:
         self, prompt_ids: list[int], params: SamplingParams, model_name: str | None = None, n: int = 1
     ) -> Future:
         """A future of ``n`` completions of ``prompt_ids``; raises PromptTooLong at once, as vLLM's 400."""
+        return self._submit(prompt_ids, params, model_name, n).future
+
+    def _submit(self, prompt_ids: list[int], params: SamplingParams, model_name: str | None, n: int) -> Job:
         if len(prompt_ids) >= self.scorer.max_model_len:
             raise PromptTooLong(too_long_message(self.scorer.max_model_len, len(prompt_ids)))
         if not prompt_ids:
@@ -117,18 +137,51 @@ class GenerationEngine:
             self._waiting.append(job)
             self.stats.requests += 1
             self._wake.notify()
-        return job.future
+        return job
 
     async def generate(
-        self, prompt_ids: list[int], params: SamplingParams, model_name: str | None = None, n: int = 1
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        model_name: str | None = None,
+        n: int = 1,
+        stall_s: float | None = None,
     ) -> list[ScoredCompletion]:
-        return await asyncio.wrap_future(self.submit(prompt_ids, params, model_name, n))
+        """The completions; EngineStalled when the engine made no progress for ``stall_s`` seconds (None:
+        wait while it lives). A caller that stops waiting (cancelled) takes its request out of the batch."""
+        job = self._submit(prompt_ids, params, model_name, n)
+        waiting = asyncio.wrap_future(job.future)
+        try:
+            while True:
+                poll = POLL_S if stall_s is None else min(POLL_S, stall_s / 4)
+                done, _ = await asyncio.wait({waiting}, timeout=poll)
+                if done:
+                    return waiting.result()
+                if not self._thread.is_alive():
+                    raise RuntimeError("the generation engine stopped")
+                idle = time.monotonic() - max(job.submitted, self.progress.last())
+                if stall_s is not None and idle >= stall_s:
+                    raise EngineStalled(
+                        f"the model made no progress for {idle:.0f} s (no forward pass ended, its engine used no CPU)"
+                    )
+        finally:
+            self.drop(job)
+
+    def drop(self, job: Job) -> None:
+        """Forget a request nobody waits for any more: out of the queue now, out of its batch at the next token."""
+        with self._wake:
+            if job in self._waiting:
+                self._waiting.remove(job)
+        job.future.cancel()  # a no-op once it has its outcome
 
     def close(self) -> None:
+        """Fail what waits, and return once the worker has ended: after the forward pass in flight, however
+        long that takes while it progresses; a worker without progress for STUCK_S is left behind, warned."""
         with self._wake:
             self._closed = True
             self._wake.notify()
-        self._thread.join(timeout=30)
+        if not self.progress.wait_for_end(STUCK_S, POLL_S):
+            logger.warning("the generation engine is stuck (no progress for %.0f s); leaving it behind", STUCK_S)
 
     # ------------------------------------------------------------------ the worker
 
@@ -154,11 +207,9 @@ class GenerationEngine:
                 jobs.update({id(job): job for job in admitted})
                 self._batches = []
                 for job in jobs.values():
-                    if not job.future.done():
-                        job.future.set_exception(RuntimeError(f"generation failed: {type(exc).__name__}: {exc}"))
+                    settle(job.future, error=RuntimeError(f"generation failed: {type(exc).__name__}: {exc}"))
         for job in failed:
-            if not job.future.done():
-                job.future.set_exception(RuntimeError("the generation engine was closed"))
+            settle(job.future, error=RuntimeError("the generation engine was closed"))
 
     def _take(self, room: int) -> list[Job]:
         """Whole requests that fit in ``room`` sequences and the prefill budget, oldest first (at least one
@@ -219,6 +270,7 @@ class GenerationEngine:
                 use_cache=True,
             )
         self.stats.forward_passes += 1
+        self.progress.pass_ended()
         return output.logits[:, -1].float(), output.past_key_values
 
     def _pick(self, sequences: list[Sequence], logits) -> None:
@@ -283,12 +335,13 @@ class GenerationEngine:
         """Hand finished sequences to their requests; keep the rest, their cache cut to what they use."""
         import torch
 
-        finished = [s for s in batch.sequences if s.finish_reason is not None]
+        finished = [s for s in batch.sequences if s.finish_reason is not None or s.job.dropped]
         if not finished:
             return
         for sequence in finished:
-            self._finish(sequence)
-        keep = [i for i, s in enumerate(batch.sequences) if s.finish_reason is None]
+            if not sequence.job.future.done():
+                self._finish(sequence)
+        keep = [i for i, s in enumerate(batch.sequences) if s.finish_reason is None and not s.job.dropped]
         if not keep:
             self._batches.remove(batch)
             return
@@ -315,8 +368,8 @@ class GenerationEngine:
             top_logprobs=[self.alternatives(top) for top in sequence.top] if job.params.top_logprobs else None,
         )
         self.stats.sequences += 1
-        if all(done is not None for done in job.done) and not job.future.done():
-            job.future.set_result(list(job.done))
+        if all(done is not None for done in job.done):
+            settle(job.future, list(job.done))
 
     def alternatives(self, top: list[tuple[int, float]]) -> list[tuple[str, int, float]]:
         """(text, id, logprob) of one position's best tokens, their texts decoded in one call."""
@@ -324,29 +377,10 @@ class GenerationEngine:
         return [(text, token, value) for text, (token, value) in zip(texts, top, strict=True)]
 
 
-# ---------------------------------------------------------------------- the key-value cache
+def settle(future: Future, result: Any = None, error: BaseException | None = None) -> None:
+    """Set a request's outcome unless it has one: its caller may cancel it meanwhile (another thread)."""
+    with contextlib.suppress(InvalidStateError):
+        future.set_exception(error) if error is not None else future.set_result(result)
 
 
-def cache_layers(cache) -> list[tuple[Any, Any]]:
-    """(keys, values) of each layer, each [rows, heads, length, head size]."""
-    return [(layer.keys, layer.values) for layer in cache.layers]
-
-
-def set_cache_layers(cache, layers: list[tuple[Any, Any]]) -> None:
-    for layer, (keys, values) in zip(cache.layers, layers, strict=True):
-        layer.keys, layer.values = keys, values
-
-
-def pad_left(tensor, width: int, dim: int = 2):
-    """``tensor`` with zeros before its entries along ``dim`` up to ``width`` (padding the mask ignores)."""
-    import torch
-
-    missing = width - tensor.shape[dim]
-    if missing <= 0:
-        return tensor
-    shape = list(tensor.shape)
-    shape[dim] = missing
-    return torch.cat([torch.zeros(shape, dtype=tensor.dtype), tensor], dim=dim)
-
-
-__all__ = ["EngineStats", "GenerationEngine", "MAX_BATCH"]
+__all__ = ["EngineStalled", "EngineStats", "GenerationEngine", "MAX_BATCH"]

@@ -76,10 +76,10 @@ async def sample_chat(side: VllmSide, sampling: VllmSampling, model: str, messag
             turn = sum(message.get("role") == "assistant" for message in messages)
             params = replace(params, seed=sequence_seed(params.seed, turn))
     try:
-        samples = await side.sampler.engine.generate(prompt_ids, params, model, n)
+        samples = await side.sampler.engine.generate(prompt_ids, params, model, n, stall_s=side.sampler.stall_s)
     except PromptTooLong as exc:
         return JSONResponse(error_body(str(exc), kind="BadRequestError"), status_code=400)
-    except RuntimeError as exc:  # the engine failed or was closed under the request: a server error, said once
+    except RuntimeError as exc:  # the engine failed, stalled or was closed under the request: said once
         return JSONResponse(error_body(str(exc), kind="InternalServerError"), status_code=500)
     if sampling.prompt_logprobs is not None:  # teacher-forced under the model the request names
         scored = await run_in_threadpool(side.scorer.logprobs, prompt_ids[:1], prompt_ids[1:], 1.0, model)
@@ -99,11 +99,15 @@ async def sampled_generate(side: VllmSide, request: GenerateRequest, sampling: V
 
 
 class Sampler:
-    """What the vLLM side needs to let the model write the replies: the engine, and how it answers."""
+    """What the vLLM side needs to let the model write the replies: the engine, and how it answers.
+    ``stall_s``: a request fails when the engine made no progress on it for that long (None: never)."""
 
-    def __init__(self, engine, default_max_tokens: int | None = DEFAULT_MAX_TOKENS) -> None:
+    def __init__(
+        self, engine, default_max_tokens: int | None = DEFAULT_MAX_TOKENS, stall_s: float | None = None
+    ) -> None:
         self.engine = engine
         self.default_max_tokens = default_max_tokens
+        self.stall_s = stall_s
         self.chat = sample_chat
         self.generate = sampled_generate
 

@@ -255,10 +255,12 @@ class PolicyServer:
         vllm_model: str | Path | None = None,
         max_model_len: int | None = None,
         load_broadcasts: bool = False,
+        stall_s: float | None = None,
     ) -> None:
         """``vllm_model``: a model directory (``air tiny-model`` writes one); the server then answers like
         vLLM serving it (token ids, logprobs, admin routes; with ``load_broadcasts`` the weight routes load
-        what they name) and its name defaults to the directory's path, as vLLM names it."""
+        what they name) and its name defaults to the directory's path, as vLLM names it. ``stall_s``: a sampled
+        request fails (500) after that long without progress (air.serving.engine_progress); None: never."""
         samples = is_model_spec(policy)  # the model writes the replies (smollm2, model:DIR)
         if samples:
             vllm_model = vllm_model or model_dir_for(str(policy))
@@ -276,7 +278,7 @@ class PolicyServer:
             if samples:
                 from air.serving.generation_engine import GenerationEngine
 
-                sampler = Sampler(GenerationEngine(scorer, seed))
+                sampler = Sampler(GenerationEngine(scorer, seed), stall_s=stall_s)
             vllm = VllmSide(scorer, model_name, load_broadcasts, sampler)
         self.model_name = model_name or f"scripted-{spec}"
         self.host = host
