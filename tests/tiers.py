@@ -49,6 +49,9 @@ SLOW_TESTS: frozenset[str] = frozenset(
         "tests/runs/test_standalone_replay.py::test_replaying_an_mlgym_run_on_its_task_root",
         "tests/runs/test_standalone_replay.py::test_replaying_our_trajectory_reproduces_its_scores",
         "tests/runs/test_standalone_seed.py::test_two_runs_of_one_seed_give_the_same_figures",
+        # The engine slowed on purpose: 13 paced passes a turn; a first forward pass of 45 s of torch work.
+        "tests/runs/test_slow_model.py::test_a_local_model_slower_than_the_model_timeout_still_plays",
+        "tests/runs/test_slow_model.py::test_the_process_exits_cleanly_after_a_run_with_the_local_model",
         "tests/runs/test_standalone_start_checks.py::test_an_argument_error_comes_before_the_heavy_imports",
         "tests/sandbox/test_disk_blinding.py::test_empty_folders_count_and_a_big_file_after_them_is_seen",
         "tests/sandbox/test_disk_limits.py::test_a_runaway_file_hits_the_quota_and_the_rollout_goes_on",
