@@ -128,7 +128,7 @@ def _docker_problem() -> tuple[str | None, str]:
     try:
         import docker
 
-        client = docker.from_env(timeout=10)
+        client = docker.from_env(timeout=backstop(10))  # a busy engine is slow, not absent
         client.ping()
     except Exception as exc:  # any failure to reach the engine is a reason to skip
         return f"no Docker engine answers ({type(exc).__name__}: {exc})", ""

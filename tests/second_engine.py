@@ -44,7 +44,7 @@ class SecondEngine:
         self._script("stop", str(self.folder))
 
     def client(self) -> docker.DockerClient:
-        return docker.DockerClient(base_url=self.address, timeout=30)
+        return docker.DockerClient(base_url=self.address, timeout=backstop(30))
 
     def containers(self, run_id: str) -> list[str]:
         """Ids of a run's containers on this engine, stopped ones included."""

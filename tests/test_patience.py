@@ -2,9 +2,9 @@
 
 A test's own wait on a subprocess, a thread, a future or a poll is a backstop against a hang: written as
 ``backstop(seconds)`` (tests/patience.py stretches it for a loaded host) or as a literal of FLOOR_S or more.
-The scan reads the fast tier's files (the slow and red-team tests left out, as conftest leaves them out) and
-names every shorter literal. A product's own parameter (``sandbox.run(cmd, timeout=1)``, a command timeout a
-test is about) is not a wait of the test's and is not read.
+The scan reads the fast tier's files in tests/ (the slow and red-team tests left out, as conftest leaves them
+out) and names every shorter literal (0 is a look, not a wait). A product's own parameter
+(``sandbox.run(cmd, timeout=1)``, a command timeout a test is about) is not a wait of the test's and is not read.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def short_waits(source: str, skip_functions: frozenset[str] = frozenset()) -> li
             bounds += [kw.value for kw in node.keywords if name == "wait_for" and kw.arg == "timeout"]
             for bound in bounds:
                 seconds = _number(bound)
-                if seconds is not None and seconds < FLOOR_S:
+                if seconds is not None and 0 < seconds < FLOOR_S:  # timeout=0: "done already?", no wait
                     found.append((node.lineno, f"{ast.unparse(node.func)}(... {seconds:g} s)"))
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
             for clock, bound in ((node.left, node.right), (node.right, node.left)):
@@ -118,6 +118,7 @@ async def waits(process, sandbox, thread, future, event):
     await asyncio.wait_for(event.wait(), backstop(60))
     await sandbox.run("sleep 9", timeout=1)
     process.wait()
+    future.result(timeout=0)
 def slow_one(process):
     process.wait(timeout=5)
 """

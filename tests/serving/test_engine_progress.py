@@ -15,6 +15,7 @@ from air.serving.engine_progress import EngineStalled
 from air.serving.generation_engine import GenerationEngine
 from air.serving.sampling import SamplingParams
 from air.serving.token_scorer import TokenScorer
+from tests.patience import backstop
 
 MESSAGES = [{"role": "user", "content": "Write one command that lists the data files."}]
 LONG = SamplingParams(temperature=1.0, max_tokens=400, ignore_eos=True, seed=1)
@@ -84,7 +85,7 @@ def test_close_waits_for_the_forward_pass_in_flight(scorer, monkeypatch):
     monkeypatch.setattr(GenerationEngine, "_forward", slow)
     engine = GenerationEngine(scorer, seed=0)
     future = engine.submit(scorer.prompt_ids(MESSAGES), LONG)
-    started.wait(timeout=120)
+    started.wait(timeout=backstop(120))
     engine.close()
     assert not engine._thread.is_alive() and passes
     with pytest.raises(RuntimeError, match="closed"):
