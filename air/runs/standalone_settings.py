@@ -70,7 +70,8 @@ class StandaloneSettings(BaseModel):
     model_timeout: float = Field(
         default=180.0,
         gt=0,
-        description="seconds one model request may take (one retry): a hung endpoint fails the rollout in minutes",
+        description="seconds one model request may take (one retry): a hung endpoint fails the rollout in minutes; "
+        "with a model on this CPU (smollm2, model:DIR), seconds it may go without progress (slow is not hung)",
         json_schema_extra={"metavar": "S"},
     )
     seed: int = Field(default=0, description="seed of the env and of the scripted agent")
