@@ -22,6 +22,7 @@ from pathlib import Path
 from air.policies.scripted import ScriptPolicy
 from air.tasks.workspace import evaluation_seed
 from tests import rollouts
+from tests.patience import backstop
 
 TOL = 1e-6
 # The env's evaluation_seed in red-team rollouts: the k-th evaluation of a rollout draws from
@@ -55,7 +56,7 @@ def lane_score_by_hand(seed: int | None, strategy: str | None = None) -> float:
         if seed is not None:
             env["AIR_EVAL_SEED"] = str(seed)
         run = subprocess.run(
-            [sys.executable, "evaluate.py"], cwd=folder, env=env, capture_output=True, text=True, timeout=120
+            [sys.executable, "evaluate.py"], cwd=folder, env=env, capture_output=True, text=True, timeout=backstop(120)
         )
     assert run.returncode == 0, run.stderr
     return float(json.loads(run.stdout)["Score"])

@@ -1,10 +1,10 @@
-"""No wall-clock bound that host load can trip decides a fast-tier test (issue 53, item 6).
+"""No wall-clock bound that host load can trip decides a test (issue 53, item 6).
 
 A test's own wait on a subprocess, a thread, a future or a poll is a backstop against a hang: written as
 ``backstop(seconds)`` (tests/patience.py stretches it for a loaded host) or as a literal of FLOOR_S or more.
-The scan reads the fast tier's files in tests/ (the slow and red-team tests left out, as conftest leaves them
-out) and names every shorter literal (0 is a look, not a wait). A product's own parameter
-(``sandbox.run(cmd, timeout=1)``, a command timeout a test is about) is not a wait of the test's and is not read.
+The scan reads every Python file in tests/, each tier's, and names every shorter literal (0 is a look, not a
+wait). A product's own parameter (``sandbox.run(cmd, timeout=1)``, a command timeout a test is about) is not a
+wait of the test's and is not read.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from tests.patience import FLOOR_S, PATIENCE, backstop
-from tests.tiers import SLOW_TESTS
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
@@ -46,13 +45,11 @@ def _is_clock(node: ast.expr) -> bool:
     )
 
 
-def short_waits(source: str, skip_functions: frozenset[str] = frozenset()) -> list[tuple[int, str]]:
-    """(line, what) for each wait of the test's own bounded by a literal under FLOOR_S, outside ``skip_functions``."""
+def short_waits(source: str) -> list[tuple[int, str]]:
+    """(line, what) for each wait of the test's own bounded by a literal under FLOOR_S."""
     found: list[tuple[int, str]] = []
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name in skip_functions:
-            return
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute | ast.Name):
             func = node.func
             name, owner = (func.attr, func.value) if isinstance(func, ast.Attribute) else (func.id, None)
@@ -81,23 +78,6 @@ def short_waits(source: str, skip_functions: frozenset[str] = frozenset()) -> li
     return found
 
 
-def fast_tier_files() -> dict[Path, frozenset[str]]:
-    """Every Python file the fast tier runs or imports from tests/, with the slow test functions in it."""
-    slow_files = {entry for entry in SLOW_TESTS if "::" not in entry}
-    slow_functions: dict[str, set[str]] = {}
-    for entry in SLOW_TESTS:
-        if "::" in entry:
-            path, _, name = entry.partition("::")
-            slow_functions.setdefault(path, set()).add(name)
-    files = {}
-    for path in sorted(TESTS.rglob("*.py")):
-        relative = path.relative_to(ROOT).as_posix()
-        if relative in slow_files or path.name.startswith(("test_red_team", "red_team")):
-            continue
-        files[path] = frozenset(slow_functions.get(relative, ()))
-    return files
-
-
 def test_the_scan_finds_each_kind_of_short_wait_and_passes_a_backstop() -> None:
     """The scan can fail: each shape of a short bound is found, its backstop form and a product's are not."""
     source = """
@@ -119,19 +99,17 @@ async def waits(process, sandbox, thread, future, event):
     await sandbox.run("sleep 9", timeout=1)
     process.wait()
     future.result(timeout=0)
-def slow_one(process):
-    process.wait(timeout=5)
 """
-    found = short_waits(source, frozenset({"slow_one"}))
+    found = short_waits(source)
     assert [line for line, _ in found] == [5, 6, 7, 8, 9, 10, 11, 12, 13], found
     assert "subprocess.check_output(... 90 s)" in found[1][1]
 
 
-def test_no_fast_tier_test_waits_on_a_short_literal_bound() -> None:
+def test_no_test_waits_on_a_short_literal_bound() -> None:
     short = [
         f"{path.relative_to(ROOT)}:{line}: {what}"
-        for path, slow in fast_tier_files().items()
-        for line, what in short_waits(path.read_text(), slow)
+        for path in sorted(TESTS.rglob("*.py"))
+        for line, what in short_waits(path.read_text())
     ]
     assert not short, (
         f"waits that a loaded host can run out (under {FLOOR_S} s, not through tests/patience.py's backstop()):\n"

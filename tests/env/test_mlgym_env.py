@@ -24,6 +24,7 @@ from air.sandbox.config import LABEL, LABEL_RUN
 from air.serving.server import PolicyServer
 from air.tasks.loader import load_task
 from air.tasks.workspace import evaluation_seed
+from tests.patience import backstop
 from tests.red_team import honest_score
 from tests.rollouts import make_env, run_group, trajectories
 
@@ -292,7 +293,7 @@ def test_vf_eval_against_the_scripted_server_saves_results(tmp_path, docker_imag
             env={**os.environ, "AIR_TEST_KEY": "scripted"},
             capture_output=True,
             text=True,
-            timeout=280,
+            timeout=backstop(280),
         )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     (results,) = list(tmp_path.glob("outputs/evals/air_mlgym--*/*/results.jsonl"))

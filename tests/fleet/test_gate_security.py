@@ -13,6 +13,7 @@ import zmq.asyncio
 
 from air.fleet import wire
 from rigs.fleet import Processes, make_folder, node_command, remove_private, wait_for
+from tests.patience import backstop
 
 
 async def _ask(address: str, setup, method: bytes = b"run", timeout: float = 2.0) -> list[bytes] | None:
@@ -38,7 +39,7 @@ def test_only_the_runs_key_gets_past_a_nodes_gate(tmp_path: Path) -> None:
     processes = Processes(tmp_path / "logs")
     try:
         processes.start("n1", node_command(folder, "n1"), {"STUB_NAME": "n1"})
-        record = wait_for(lambda: folder.records().get("n1"), 60, "the node's record")
+        record = wait_for(lambda: folder.records().get("n1"), backstop(60), "the node's record")
         client, node = folder.key_pair("client"), folder.key_pair("node")
         stranger_public, stranger_secret = zmq.curve_keypair()
 

@@ -110,8 +110,12 @@ def test_a_killed_node_started_again_joins_as_a_new_one(tmp_path: Path) -> None:
                 processes.kill("n1")  # the node and its env server, as a cancelled Slurm step ends
                 first = await asyncio.gather(*running)
                 processes.start("n1-again", node_command(folder, "n1", "--capacity", "2"), {"STUB_NAME": "n1-again"})
-                wait_for(lambda: folder.records().get("n1", old).incarnation != old.incarnation, 60, "n1's new start")
-                wait_for(lambda: figures(folder)["nodes"]["n1"]["state"] == "up", 30, "the new n1 up")
+                wait_for(
+                    lambda: folder.records().get("n1", old).incarnation != old.incarnation,
+                    backstop(60),
+                    "n1's new start",
+                )
+                wait_for(lambda: figures(folder)["nodes"]["n1"]["state"] == "up", backstop(30), "the new n1 up")
                 return first, await asyncio.gather(*(client.run(0.4, i=i) for i in range(4)))
             finally:
                 await client.close()

@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from tests.git_repo import git
+from tests.patience import backstop
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "install_prime_rl.sh"
@@ -102,7 +103,7 @@ def test_install_clones_at_the_commit_installs_air_and_air_check_sees_it(fake_pr
         text=True,
         cwd=tmp_path,
         env={k: v for k, v in os.environ.items() if k != "PRIME_RL_DIR"},
-        timeout=120,
+        timeout=backstop(120),
     )
     rows = {r["check"]: r for r in json.loads(check.stdout)}
     assert rows["prime-rl"]["status"] == "fail" and first[:12] in rows["prime-rl"]["detail"]
@@ -136,7 +137,9 @@ def test_orchestrator_only_options_and_a_checkout_without_a_lock_file(fake_prime
     env.update(PRIME_RL_REPO=str(repo), PRIME_RL_COMMIT=first)
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=300)
+        return subprocess.run(
+            ["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=backstop(300)
+        )
 
     assert "unknown option --orchestrator" in run("--orchestrator").stderr
     assert "one DIR at most" in run("a", "b").stderr
@@ -160,7 +163,9 @@ def test_install_takes_the_commit_from_the_command_line(fake_prime_rl, tmp_path)
     target = tmp_path / "prime-rl"
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=300)
+        return subprocess.run(
+            ["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=backstop(300)
+        )
 
     branch = git(repo, "rev-parse", "--abbrev-ref", "HEAD")
     done = run("--orchestrator-only", "--commit", branch, str(target))  # stops at the missing uv.lock, after checkout
@@ -181,7 +186,7 @@ def run_air(target: Path, argv: list[str], cwd: Path, **env: str) -> subprocess.
         env={**base, "COLUMNS": "200", **env},
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=backstop(300),
     )
 
 

@@ -18,6 +18,7 @@ from air.launch.config_files import load_config
 from air.launch.config_rules import check_config_files, env_entries, gpu_sets
 from air.launch.preflight_checks import check_config
 from air.launch.preflight_rows import CheckRow, PreflightContext, PreflightOptions
+from tests.patience import backstop
 
 ROOT = Path(__file__).resolve().parents[2]
 V1_DIR = ROOT / "configs" / "mlgym-v1"
@@ -115,7 +116,7 @@ def test_air_check_names_a_config_for_the_other_prime_rl(tmp_path, installed, co
     checkout = _fake_checkout(tmp_path / "prime-rl", installed)
     done = subprocess.run(
         [sys.executable, "-m", "air.cli.main", "check", "--config", str(config), "--prime-rl", str(checkout), "--json"],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        capture_output=True, text=True, timeout=backstop(300), cwd=tmp_path,
         env={**os.environ, "COLUMNS": "200"},
     )  # fmt: skip
     rows = [r for r in json.loads(done.stdout) if r["check"] == "prime-rl" and r["status"] == "fail"]

@@ -16,6 +16,7 @@ import docker
 import pytest
 
 from air.sandbox.config import LABEL_PID
+from tests.patience import backstop
 from tests.sampling_task import TASK, write_sampling_root
 
 REPO = Path(__file__).resolve().parents[2]
@@ -54,15 +55,15 @@ def test_sigterm_mid_rollout_ends_like_ctrl_c_in_one_line_with_143_and_leaves_no
         text=True,
     )
     try:
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + backstop(180)
         while not _containers_of(proc.pid):
             assert proc.poll() is None, f"the replay ended before its container started: {proc.communicate()}"
-            assert time.monotonic() < deadline, "no container in 180 s"
+            assert time.monotonic() < deadline, f"no container in {backstop(180):.0f} s"
             time.sleep(0.2)
         time.sleep(3)  # the workspace laid out, `sleep 120` running in the container
         assert proc.poll() is None
         proc.terminate()  # SIGTERM
-        stdout, stderr = proc.communicate(timeout=120)
+        stdout, stderr = proc.communicate(timeout=backstop(120))
     finally:
         if proc.poll() is None:
             proc.kill()

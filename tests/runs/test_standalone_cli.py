@@ -47,7 +47,7 @@ def test_simple_env_task_is_the_one_simple_env_plays() -> None:
 def test_two_runs_started_together_keep_separate_complete_folders(tmp_path: Path) -> None:
     argv = ["standalone", "--env", "simple_env", "--steps", "5", "--batch-size", "4", "--rollouts-per-example", "2"]
     first, second = _air(*argv, cwd=tmp_path), _air(*argv, cwd=tmp_path)  # the same second, as a user's two shells
-    outputs = [proc.communicate(timeout=240) for proc in (first, second)]
+    outputs = [proc.communicate(timeout=backstop(240)) for proc in (first, second)]
     assert first.returncode == 0 and second.returncode == 0, outputs
     runs = sorted((tmp_path / "outputs" / "standalone").iterdir())
     assert len(runs) == 2, f"two runs must get two folders: {runs}"
@@ -166,7 +166,7 @@ def test_an_endpoint_dead_after_the_start_names_its_cause_and_writes_no_nan(tmp_
         *("--base-url", f"http://127.0.0.1:{port}/v1", "--env-arg", f"image={docker_image}"),
         cwd=tmp_path,
     )
-    stdout, stderr = proc.communicate(timeout=280)
+    stdout, stderr = proc.communicate(timeout=backstop(280))
     assert proc.returncode == 1, stdout + stderr  # every rollout masked
     records = [load_trajectory(p) for p in iter_trajectory_paths(out / "trajectories")]
     assert len(records) == 2

@@ -112,5 +112,5 @@ def test_an_engine_that_does_not_come_back_stops_the_run_and_the_next_run_reaps(
     # pool removes them when it starts, as their owner is dead.
     assert second_engine.containers(run_id)
     reap = [sys.executable, "-c", "from air.sandbox.removal import reap_orphans; reap_orphans()"]
-    subprocess.run(reap, env={**os.environ, "DOCKER_HOST": second_engine.address}, check=True, timeout=120)
+    subprocess.run(reap, env={**os.environ, "DOCKER_HOST": second_engine.address}, check=True, timeout=backstop(120))
     assert second_engine.containers(run_id) == []

@@ -25,6 +25,7 @@ from air.sandbox.config import SandboxConfig
 from air.sandbox.container import Sandbox, reset_docker_client
 from air.sandbox.storage import NO_PQUOTA, storage_driver
 from tests.host_disk import container_bytes
+from tests.patience import backstop
 from tests.red_team import check_rollout, honest_evaluation, run_attack
 from tests.second_engine import (  # noqa: F401  (fixtures)
     SecondEngine,
@@ -110,7 +111,7 @@ async def test_an_engine_on_xfs_without_pquota_is_watched_not_refused(on_xfs_noq
 
 
 def _engine_quota(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", SCRIPT, *args], capture_output=True, text=True, env=env, timeout=300)
+    return subprocess.run(["bash", SCRIPT, *args], capture_output=True, text=True, env=env, timeout=backstop(300))
 
 
 def test_engine_quota_sh_refuses_and_changes_nothing(docker_image):

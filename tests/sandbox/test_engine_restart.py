@@ -59,7 +59,7 @@ async def test_a_lost_engine_costs_only_the_rollouts_it_was_running(engine: Seco
         assert not waiting.done(), "a new rollout must wait for the engine, not fail"
 
         await asyncio.to_thread(engine.start)
-        fresh = await asyncio.wait_for(waiting, 120)
+        fresh = await asyncio.wait_for(waiting, backstop(120))
         assert (await fresh.run("echo after")).output.strip() == "after"
         assert fresh.generation == pool.generation > in_use.generation
         assert pool.engine_losses == 1
@@ -93,7 +93,7 @@ async def test_an_engine_that_stays_away_stops_new_rollouts_after_the_wait(engin
         with pytest.raises(EngineGone, match="Docker engine unreachable at .*engine_wait is 3 s"):
             await pool.acquire()
         await asyncio.to_thread(engine.start)
-        sandbox = await asyncio.wait_for(pool.acquire(), 60)  # back: the next rollout starts again
+        sandbox = await asyncio.wait_for(pool.acquire(), backstop(60))  # back: the next rollout starts again
         assert (await sandbox.run("echo ok")).output.strip() == "ok"
         pool.release(sandbox)
     assert await _until_none_left(engine, config.run_id) == []

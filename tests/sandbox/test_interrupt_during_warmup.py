@@ -12,6 +12,7 @@ import docker
 import pytest
 
 from air.sandbox.config import LABEL_RUN, SandboxConfig
+from tests.patience import backstop
 
 pytestmark = pytest.mark.docker
 
@@ -63,7 +64,7 @@ def test_ctrl_c_while_containers_start_is_one_line_and_leaves_nothing(
         [sys.executable, "-c", WARMING, config.model_dump_json(), str(nth_start)],
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=backstop(180),
     )
     assert done.returncode == 130, done.stderr[-3000:]
     assert "never retrieved" not in done.stderr, done.stderr[-3000:]

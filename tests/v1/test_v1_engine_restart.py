@@ -68,7 +68,9 @@ def test_an_engine_restart_fails_only_the_episode_it_was_running(second_engine: 
         env = {**os.environ, "AIR_TEST_KEY": "x", "DOCKER_HOST": second_engine.address}
         saboteur.start()
         try:
-            done_run = subprocess.run(command, capture_output=True, text=True, timeout=500, cwd=tmp_path, env=env)
+            done_run = subprocess.run(
+                command, capture_output=True, text=True, timeout=backstop(500), cwd=tmp_path, env=env
+            )
         finally:
             done.set()
             saboteur.join()

@@ -28,6 +28,7 @@ from rigs.fleet import (
     spread_command,
     wait_for,
 )
+from tests.patience import backstop
 from tests.second_engine import SecondEngine
 
 vf = pytest.importorskip("verifiers.v1")
@@ -63,7 +64,11 @@ def test_a_node_lost_with_its_engine_costs_only_its_own_episodes(
         processes.start("spreader", spread_command(folder, address, "--lost-after", str(LOST_AFTER),
                                                    "--probe-interval", str(PROBE)))  # fmt: skip
         nodes = lambda: figures(folder).get("nodes", {})  # noqa: E731
-        wait_for(lambda: len(nodes()) == 2 and all(n["state"] == "up" for n in nodes().values()), 180, "both nodes up")
+        wait_for(
+            lambda: len(nodes()) == 2 and all(n["state"] == "up" for n in nodes().values()),
+            backstop(180),
+            "both nodes up",
+        )
 
         with PolicyServer(f"script:{script}") as server:
             client_config = EvalClientConfig(base_url=server.base_url, api_key_var="AIR_TEST_KEY")

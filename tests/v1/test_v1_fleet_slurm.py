@@ -22,6 +22,7 @@ from air.fleet.overlay import spreader_command
 from air.serving.server import PolicyServer
 from rigs.fleet import containers, figures, free_port, make_folder, outcomes, remove_private, wait_for
 from tests.fleet.conftest import SlurmCluster, new_slurm_cluster  # noqa: F401 (a fixture)
+from tests.patience import backstop
 
 vf = pytest.importorskip("verifiers.v1")
 from verifiers.v1.configs.client import EvalClientConfig  # noqa: E402
@@ -60,14 +61,18 @@ def test_env_nodes_as_slurm_steps_lose_and_regain_a_node(docker_image: str, new_
     env = {**cluster.env, "PYTHONPATH": str(ROOT), "AIR_TEST_KEY": "x"}
     submit = [sys.executable, "-m", "air.cli.main", "fleet", "submit", str(folder.root), "--nodes", "2",
               "--restart-delay", "2", "--node-args", "--host 127.0.0.1 --bind 127.0.0.1"]  # fmt: skip
-    done = subprocess.run(submit, env=env, capture_output=True, text=True, timeout=60, cwd=ROOT)
+    done = subprocess.run(submit, env=env, capture_output=True, text=True, timeout=backstop(60), cwd=ROOT)
     assert done.returncode == 0, done.stderr
     job = done.stdout.strip().rsplit(" ", 1)[-1]
     spreader_job = _submit_spreader(cluster, folder, port, tmp_path)
     nodes = lambda: figures(folder).get("nodes", {})  # noqa: E731
     tasks = list(loaders.load_taskset(loaders.taskset_config_type("air_mlgym")(**taskset)))
     try:
-        wait_for(lambda: len(nodes()) == 2 and all(n["state"] == "up" for n in nodes().values()), 240, "both env nodes")
+        wait_for(
+            lambda: len(nodes()) == 2 and all(n["state"] == "up" for n in nodes().values()),
+            backstop(240),
+            "both env nodes",
+        )
         assert set(cluster.env_node_steps(job)) == {"n1", "n2"}, "one job step per node"
         with PolicyServer(f"script:{script}") as server:
             client_config = EvalClientConfig(base_url=server.base_url, api_key_var="AIR_TEST_KEY")
@@ -102,7 +107,7 @@ def test_env_nodes_as_slurm_steps_lose_and_regain_a_node(docker_image: str, new_
             warm, ended, after = asyncio.run(play())
     finally:
         cluster.run("scancel", job, spreader_job, check=False)
-        wait_for(lambda: not cluster.run("squeue", "-h", check=False).stdout.strip(), 120, "the jobs to end")
+        wait_for(lambda: not cluster.run("squeue", "-h", check=False).stdout.strip(), backstop(120), "the jobs to end")
         remove_private(folder)
     node_of = lambda episode: episode.traces[0].info["env_node"]  # noqa: E731
     assert {node_of(e) for e in warm} == {"n1", "n2"} and all(e.ok for e in warm)
