@@ -27,8 +27,8 @@ from air.serving.generation_engine import GenerationEngine
 from tests.json_endpoint import JsonEndpoint, serve
 
 ROOT = Path(__file__).resolve().parents[2]
-PACE_S = 1.0  # each forward pass's sleep
-TIMEOUT_S = 3.0  # --model-timeout: under the request's sleeps alone (12 tokens: 13 passes), over one pass's
+PACE_S = 1.5  # each forward pass's sleep: no pass ends and no CPU is used meanwhile, yet it is no stall
+TIMEOUT_S = 5.0  # --model-timeout: well over one pass's sleep, under a request's (12 tokens: 13 passes)
 
 
 @pytest.fixture
@@ -49,7 +49,7 @@ def _settings(tmp_path: Path, policy: str, **more) -> StandaloneSettings:
         steps=1,
         batch_size=2,
         rollouts_per_example=2,
-        max_turns=2,
+        max_turns=1,
         max_tokens=12,
         model_timeout=TIMEOUT_S,
         output_dir=str(tmp_path / "run"),
