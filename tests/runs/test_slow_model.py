@@ -25,6 +25,7 @@ from air.runs.standalone import run_standalone
 from air.runs.standalone_settings import StandaloneSettings
 from air.serving.generation_engine import GenerationEngine
 from tests.json_endpoint import JsonEndpoint, serve
+from tests.patience import backstop
 
 ROOT = Path(__file__).resolve().parents[2]
 PACE_S = 1.5  # each forward pass's sleep: no pass ends and no CPU is used meanwhile, yet it is no stall
@@ -131,7 +132,7 @@ def test_the_process_exits_cleanly_after_a_run_with_the_local_model(tiny_model_d
         text=True,
         cwd=tmp_path,
         env=env,
-        timeout=540,
+        timeout=backstop(540),
     )
     said = done.stdout + done.stderr
     assert "terminate called" not in said, said
