@@ -10,6 +10,9 @@ wait of the test's and is not read.
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -122,3 +125,17 @@ def test_pytest_timeouts_are_stretched_by_the_patience(request: pytest.FixtureRe
     """pytest-timeout's marks are backstops too: conftest stretches each one by PATIENCE."""
     assert PATIENCE >= 1
     assert request.node.get_closest_marker("timeout").args[0] == backstop(30)
+
+
+@pytest.mark.parametrize(("value", "said"), [("fast", "a factor such as 10"), ("0.5", "at least 1")])
+def test_a_wrong_patience_is_named(value: str, said: str) -> None:
+    """AIR_TEST_PATIENCE=fast fails the session's start with the variable named, not a bare float() error."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import tests.patience"],
+        cwd=ROOT,
+        env={**os.environ, "AIR_TEST_PATIENCE": value},
+        capture_output=True,
+        text=True,
+        timeout=backstop(60),
+    )
+    assert done.returncode != 0 and f"AIR_TEST_PATIENCE={value!r}: {said}" in done.stderr, done.stderr
