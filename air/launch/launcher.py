@@ -75,10 +75,18 @@ class _Forwarder:
         self.hurry = threading.Event()  # cuts the grace period of the leftover stop
 
     def attach(self, proc: subprocess.Popen[Any]) -> None:
-        """The child now exists: deliver a signal that arrived while it was being started."""
+        """The child now exists: deliver a signal that arrived while it was being started, and say so as for any."""
         self.proc = proc
-        if self.pending is not None:
-            _signal_group(proc.pid, signal.SIGKILL if self.count > 1 else self.pending)
+        if self.pending is None:
+            return
+        name = signal.Signals(self.pending).name
+        if self.count > 1:
+            self.hurry.set()
+            _signal_group(proc.pid, signal.SIGKILL)
+            self.emit(f"{name} again: killing {self.kind}'s process group {proc.pid}")
+        else:
+            _signal_group(proc.pid, self.pending)
+            self.emit(f"{name}: passed to {self.kind} (process group {proc.pid}); send it again to kill it")
 
     def __call__(self, signum: int, frame: Any) -> None:
         self.count += 1

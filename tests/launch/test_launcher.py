@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psutil
 
-from air.launch.launcher import launch, shell_exit_code
+from air.launch.launcher import _Forwarder, launch, shell_exit_code
 from air.launch.process_control import same_process
 from air.launch.process_records import load_records
 from tests.patience import backstop
@@ -138,6 +138,25 @@ def test_sigint_is_forwarded_to_the_child(tmp_path: Path) -> None:
     assert (tmp_path / "got-sigint").read_text() == "yes"  # only forwarding can deliver it: other session
     assert launcher.returncode == 0, output
     assert "SIGINT: passed to rl" in output
+
+
+def test_a_sigint_before_the_child_is_attached_is_passed_on_and_said(tmp_path: Path) -> None:
+    """Ctrl-C between the child's start and its attach (the launcher writes the record in between; under load the
+    test above sent it there): the signal waits for the child, then is passed on and said as any other is."""
+    events: list[str] = []
+    forwarder = _Forwarder("rl", events.append)
+    forwarder(signal.SIGINT, None)  # no child attached yet: held
+    script = tmp_path / "traps.py"
+    script.write_text(TRAPS_SIGINT)
+    child = subprocess.Popen([sys.executable, str(script), str(tmp_path), "polite"], start_new_session=True)
+    try:
+        _wait_for(tmp_path / "ready")
+        forwarder.attach(child)
+        assert child.wait(timeout=backstop(30)) == 0
+    finally:
+        child.kill()
+    assert (tmp_path / "got-sigint").read_text() == "yes"
+    assert [line.split(" (")[0] for line in events] == ["SIGINT: passed to rl"], events
 
 
 def test_a_second_sigint_kills_the_group(tmp_path: Path) -> None:
