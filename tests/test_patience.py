@@ -59,12 +59,10 @@ def short_waits(source: str) -> list[tuple[int, str]]:
             waits = (owner is not None and name in WAIT_METHODS) or (
                 name in SUBPROCESS_CALLS and isinstance(owner, ast.Name) and owner.id == "subprocess"
             )
-            bounds = [kw.value for kw in node.keywords if kw.arg == "timeout"] if waits else []
-            if (
-                name == "wait_for" and len(node.args) >= 2
-            ):  # asyncio's (awaitable, seconds), rigs.fleet's (predicate, ...)
+            bounds = [kw.value for kw in node.keywords if kw.arg == "timeout"] if waits or name == "wait_for" else []
+            # asyncio's wait_for(awaitable, seconds), rigs.fleet's wait_for(predicate, seconds, what)
+            if name == "wait_for" and len(node.args) >= 2:
                 bounds.append(node.args[1])
-            bounds += [kw.value for kw in node.keywords if name == "wait_for" and kw.arg == "timeout"]
             for bound in bounds:
                 seconds = _number(bound)
                 if seconds is not None and 0 < seconds < FLOOR_S:  # timeout=0: "done already?", no wait
