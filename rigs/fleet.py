@@ -23,6 +23,7 @@ import zmq
 import zmq.asyncio
 
 from air.fleet.folder import FleetFolder
+from rigs.patience import backstop
 
 ROOT = Path(__file__).resolve().parents[1]
 STUB = [sys.executable, "-m", "rigs.stub_env_server"]
@@ -38,7 +39,11 @@ def containers(address: str | None, run_id: str) -> list[str]:
     """Names of a run's containers, stopped ones included, on the engine at ``address`` (None: the default)."""
     import docker
 
-    client = docker.DockerClient(base_url=address, timeout=30) if address else docker.from_env(timeout=30)
+    client = (
+        docker.DockerClient(base_url=address, timeout=backstop(30))
+        if address
+        else docker.from_env(timeout=backstop(30))
+    )
     try:
         found = client.containers.list(all=True, filters={"label": f"air.run={run_id}"}, ignore_removed=True)
         return [container.name for container in found]
@@ -89,12 +94,12 @@ class Processes:
     def log(self, name: str) -> str:
         return (self.logs / f"{name}.log").read_text(errors="replace")
 
-    def stop(self, name: str, sig: int = signal.SIGTERM, timeout: float = 30) -> None:
+    def stop(self, name: str, sig: int = signal.SIGTERM, timeout: float | None = None) -> None:
         process = self.started[name]
         if process.poll() is None:
             process.send_signal(sig)
             try:
-                process.wait(timeout)
+                process.wait(backstop(30) if timeout is None else timeout)
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
@@ -224,7 +229,7 @@ def fleet(
             env = {"STUB_WIRE": wire, "STUB_NAME": name, **(stub_env or {})}
             processes.start(name, node_command(folder, name, "--capacity", str(capacity)), env)
         processes.start("spreader", spread_command(folder, address, *spread_args))
-        wait_for(lambda: _all_up(folder, nodes), 60, f"{nodes} env nodes up")
+        wait_for(lambda: _all_up(folder, nodes), backstop(60), f"{nodes} env nodes up")
         yield folder, processes, address
     finally:
         processes.stop_all()

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from air.viewer.local_server import chromium_path, free_port, serving
+from rigs.patience import backstop
 
 __all__ = ["chromium_path", "free_port", "viewer_server"]
 
@@ -19,7 +20,7 @@ APP = REPO / "air" / "visualize.py"
 
 @contextlib.contextmanager
 def viewer_server(
-    trajectory_dir: Path, via: str = "air view", wait_warm: bool = False, timeout_s: float = 120.0
+    trajectory_dir: Path, via: str = "air view", wait_warm: bool = False, timeout_s: float | None = None
 ) -> Iterator[str]:
     """Serve the viewer on 127.0.0.1 and yield its URL: ``via="air view"`` runs ``air view DIR``,
     ``via="streamlit run"`` the plain ``streamlit run air/visualize.py -- --trajectory_dir DIR``.
@@ -36,6 +37,8 @@ def viewer_server(
         ]  # fmt: skip
     else:
         raise ValueError(f"via must be 'air view' or 'streamlit run', not {via!r}")
-    ready = (lambda output: "air view: " in output) if wait_warm else None  # ready, or warm-up skipped
-    with serving(command, port, via, ready=ready, timeout_s=timeout_s, cwd=REPO) as url:
+    # The warm-up ends with "ready: ..." or "warm-up skipped" (other "air view:" lines come before it).
+    ready = (lambda output: "air view: ready" in output or "warm-up skipped" in output) if wait_warm else None
+    bound = backstop(120) if timeout_s is None else timeout_s
+    with serving(command, port, via, ready=ready, timeout_s=bound, cwd=REPO) as url:
         yield url

@@ -18,8 +18,8 @@ from typing import NoReturn
 import pytest
 
 from air.sandbox.config import SandboxConfig
+from rigs.patience import backstop
 from tests import opt_in  # noqa: F401  (captures the opt-in checkouts before the variables go)
-from tests.patience import backstop
 from tests.second_engine import quota_engine, second_engine  # noqa: F401  (fixtures)
 from tests.tiers import SLOW_TESTS
 
@@ -93,7 +93,7 @@ def _tier_markers(item: pytest.Item) -> None:
     if test in SLOW_TESTS or test.split("::")[0] in SLOW_TESTS:
         item.add_marker(pytest.mark.slow)
     # pytest-timeout's bound is a backstop against a hang, never a measure of speed: stretched for a loaded host
-    # (tests/patience.py). Put first, the stretched mark is the one pytest-timeout reads.
+    # (rigs/patience.py). Put first, the stretched mark is the one pytest-timeout reads.
     timeout = item.get_closest_marker("timeout")
     if timeout is not None and timeout.args:
         seconds, *rest = timeout.args

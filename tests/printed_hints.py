@@ -19,7 +19,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.patience import backstop
+from rigs.patience import backstop
 
 REPO = Path(__file__).resolve().parents[1]
 AIR_SPAN = re.compile(r"`{1,2}((?:uv run |\.venv(?:-v1)?/bin/)?air [^`]+?)`{1,2}")

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from air.policies.scripted import ScriptPolicy
 from air.tasks.workspace import evaluation_seed
+from rigs.patience import backstop
 from tests import rollouts
-from tests.patience import backstop
 
 TOL = 1e-6
 # The env's evaluation_seed in red-team rollouts: the k-th evaluation of a rollout draws from

@@ -14,7 +14,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from tests.patience import backstop
+from rigs.patience import backstop
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "second_docker_engine.sh"

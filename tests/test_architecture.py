@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.patience import backstop
+from rigs.patience import backstop
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "air"

@@ -15,8 +15,8 @@ from air.sandbox.container import Sandbox
 from air.tasks.config import TaskError
 from air.tasks.loader import list_tasks, load_task
 from air.tasks.workspace import TaskWorkspace
+from rigs.patience import backstop
 from tests.opt_in import mlgym_checkout
-from tests.patience import backstop
 
 CHECKOUT = mlgym_checkout()
 ROOT = str(CHECKOUT or "")  # passed explicitly: conftest removes $MLGYM_ROOT from every test's environment

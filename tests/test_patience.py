@@ -1,7 +1,7 @@
 """No wall-clock bound that host load can trip decides a test (issue 53, item 6).
 
 A test's own wait on a subprocess, a thread, a future or a poll is a backstop against a hang: written as
-``backstop(seconds)`` (tests/patience.py stretches it for a loaded host) or as a literal of FLOOR_S or more.
+``backstop(seconds)`` (rigs/patience.py stretches it for a loaded host) or as a literal of FLOOR_S or more.
 The scan reads every Python file in tests/, each tier's, and names every shorter literal (0 is a look, not a
 wait). A product's own parameter (``sandbox.run(cmd, timeout=1)``, a command timeout a test is about) is not a
 wait of the test's and is not read.
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.patience import FLOOR_S, PATIENCE, backstop
+from rigs.patience import FLOOR_S, PATIENCE, backstop
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
@@ -83,7 +83,7 @@ def test_the_scan_finds_each_kind_of_short_wait_and_passes_a_backstop() -> None:
     """The scan can fail: each shape of a short bound is found, its backstop form and a product's are not."""
     source = """
 import asyncio, subprocess, time
-from tests.patience import backstop
+from rigs.patience import backstop
 async def waits(process, sandbox, thread, future, event):
     subprocess.run(["x"], timeout=120)
     subprocess.check_output(["x"], timeout=60 + 30)
@@ -109,11 +109,11 @@ async def waits(process, sandbox, thread, future, event):
 def test_no_test_waits_on_a_short_literal_bound() -> None:
     short = [
         f"{path.relative_to(ROOT)}:{line}: {what}"
-        for path in sorted(TESTS.rglob("*.py"))
+        for path in sorted([*TESTS.rglob("*.py"), *(ROOT / "rigs").rglob("*.py")])
         for line, what in short_waits(path.read_text())
     ]
     assert not short, (
-        f"waits that a loaded host can run out (under {FLOOR_S} s, not through tests/patience.py's backstop()):\n"
+        f"waits that a loaded host can run out (under {FLOOR_S} s, not through rigs/patience.py's backstop()):\n"
         + "\n".join(short)
     )
 
@@ -129,7 +129,7 @@ def test_pytest_timeouts_are_stretched_by_the_patience(request: pytest.FixtureRe
 def test_a_wrong_patience_is_named(value: str, said: str) -> None:
     """AIR_TEST_PATIENCE=fast fails the session's start with the variable named, not a bare float() error."""
     done = subprocess.run(
-        [sys.executable, "-c", "import tests.patience"],
+        [sys.executable, "-c", "import rigs.patience"],
         cwd=ROOT,
         env={**os.environ, "AIR_TEST_PATIENCE": value},
         capture_output=True,

@@ -20,7 +20,7 @@ from urllib.parse import unquote
 
 import pytest
 
-from tests.patience import backstop
+from rigs.patience import backstop
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.patience import backstop
+from rigs.patience import backstop
 from tests.tiers import SLOW_TESTS
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -18,7 +18,7 @@ from air.cli.main import main
 from air.launch.process_records import record_launch
 from air.policies.scripted import make_policy
 from air.serving.server import PolicyServer
-from tests.patience import backstop
+from rigs.patience import backstop
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs" / "mlgym"

@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 
 from air.fleet.folder import FleetFolder, NodeRecord
-from tests.patience import backstop
+from rigs.patience import backstop
 from tests.printed_hints import REPO
 
 BACKSTOP_S = 900  # only against a hang of the test itself: the checks' own bounds end the command long before

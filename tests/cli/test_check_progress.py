@@ -13,7 +13,7 @@ from rich.console import Console
 from air.launch.preflight import CHECKS, run_preflight
 from air.launch.preflight_rows import CheckRow, PreflightOptions
 from air.launch.preflight_view import render_rows
-from tests.patience import backstop
+from rigs.patience import backstop
 from tests.printed_hints import REPO
 
 

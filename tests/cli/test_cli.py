@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.patience import backstop
+from rigs.patience import backstop
 
 
 def air(*args: str, cwd) -> subprocess.CompletedProcess[str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.patience import backstop
+from rigs.patience import backstop
 
 ROOT = Path(__file__).resolve().parents[2]
 

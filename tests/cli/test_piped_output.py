@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from tests.patience import backstop
+from rigs.patience import backstop
 from tests.printed_hints import REPO, env_without
 
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.patience import backstop
+from rigs.patience import backstop
 from tests.printed_hints import (
     air_parse_problem,
     air_spans,

@@ -14,7 +14,7 @@ import pytest
 from air.policies.scripted import make_policy
 from air.prime_orchestrator import DEFAULT_BASE_URL, build_parser, standalone_argv
 from air.serving.server import PolicyServer
-from tests.patience import backstop
+from rigs.patience import backstop
 
 
 def python_m(module: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

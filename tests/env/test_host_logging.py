@@ -15,7 +15,7 @@ import pytest
 
 from air.sandbox.storage import can_size, storage_driver
 from air.serving.server import PolicyServer
-from tests.patience import backstop
+from rigs.patience import backstop
 
 WARN = "import logging; logging.getLogger('air.sandbox.storage').warning('no disk quota, said here')\n"
 

@@ -24,7 +24,7 @@ from air.sandbox.config import LABEL, LABEL_RUN
 from air.serving.server import PolicyServer
 from air.tasks.loader import load_task
 from air.tasks.workspace import evaluation_seed
-from tests.patience import backstop
+from rigs.patience import backstop
 from tests.red_team import honest_score
 from tests.rollouts import make_env, run_group, trajectories
 

@@ -21,7 +21,7 @@ from air.env.seeds import (
 )
 from air.env.settings import MLGymEnvSettings
 from air.tasks.workspace import evaluation_seed
-from tests.patience import backstop
+from rigs.patience import backstop
 
 SECRET = bytes(range(32))
 

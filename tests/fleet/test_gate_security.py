@@ -13,7 +13,7 @@ import zmq.asyncio
 
 from air.fleet import wire
 from rigs.fleet import Processes, make_folder, node_command, remove_private, wait_for
-from tests.patience import backstop
+from rigs.patience import backstop
 
 
 async def _ask(address: str, setup, method: bytes = b"run", timeout: float = 2.0) -> list[bytes] | None:

@@ -28,7 +28,7 @@ from rigs.fleet import (
     spread_command,
     wait_for,
 )
-from tests.patience import backstop
+from rigs.patience import backstop
 
 LOST_AFTER, PROBE = 2.0, 0.25
 FAST = ("--lost-after", str(LOST_AFTER), "--probe-interval", str(PROBE))

@@ -29,7 +29,7 @@ from air.launch.gpus import (
     describe_inventory,
     query_gpus,
 )
-from tests.patience import backstop
+from rigs.patience import backstop
 
 UUIDS = [
     "GPU-3b0c5c8e-8f4a-2d1e-6c1b-0e4f6a9d7c21",

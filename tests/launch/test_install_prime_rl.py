@@ -14,8 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from rigs.patience import backstop
 from tests.git_repo import git
-from tests.patience import backstop
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "install_prime_rl.sh"

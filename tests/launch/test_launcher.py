@@ -15,7 +15,7 @@ import psutil
 from air.launch.launcher import _Forwarder, launch, shell_exit_code
 from air.launch.process_control import same_process
 from air.launch.process_records import load_records
-from tests.patience import backstop
+from rigs.patience import backstop
 
 # A stand-in for prime-rl's `rl`: a helper starts `sleep 300` and exits at once, so the sleep is
 # re-parented to init (as vLLM workers are when their parent dies); then the "launcher" fails with 3.

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from rigs.patience import backstop
 from tests.opt_in import prime_rl_v1_checkout
-from tests.patience import backstop
 
 ROOT = Path(__file__).resolve().parents[2]
 V1_DIR = ROOT / "configs" / "mlgym-v1"

@@ -18,7 +18,7 @@ from air.launch.config_files import load_config
 from air.launch.config_rules import check_config_files, env_entries, gpu_sets
 from air.launch.preflight_checks import check_config
 from air.launch.preflight_rows import CheckRow, PreflightContext, PreflightOptions
-from tests.patience import backstop
+from rigs.patience import backstop
 
 ROOT = Path(__file__).resolve().parents[2]
 V1_DIR = ROOT / "configs" / "mlgym-v1"

@@ -20,9 +20,9 @@ import pytest
 from air.fleet.probe import answers
 from air.rehearsal.launch import entry_env
 from rigs.fleet import containers, figures, make_folder, remove_private, wait_for
+from rigs.patience import backstop
 from tests.fleet.conftest import new_slurm_cluster  # noqa: F401 (a fixture)
 from tests.opt_in import prime_rl_v1_checkout
-from tests.patience import backstop
 from tests.rehearsal.test_rehearse_v1_e2e import CONFIG, SOURCE
 
 ROOT = Path(__file__).resolve().parents[2]

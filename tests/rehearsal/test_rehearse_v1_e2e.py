@@ -23,8 +23,8 @@ import pytest
 from air.cli.main import main
 from air.rehearsal.v1.plan import free_port_block
 from air.sandbox.config import LABEL, LABEL_RUN
+from rigs.patience import backstop
 from tests.opt_in import prime_rl_v1_checkout
-from tests.patience import backstop
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = """

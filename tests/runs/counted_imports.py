@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.patience import backstop
+from rigs.patience import backstop
 
 HEAVY = ("verifiers", "openai", "docker", "datasets", "torch", "transformers", "pandas", "streamlit")
 

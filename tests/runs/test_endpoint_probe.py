@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from air.serving.server import PolicyServer
+from rigs.patience import backstop
 from tests.json_endpoint import JsonEndpoint, serve
-from tests.patience import backstop
 from tests.runs.counted_imports import standalone_counting_imports
 
 CRASH = {"error": {"message": "model crashed: CUDA out of memory", "type": "InternalServerError", "code": 500}}

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from air.env.trajectory_reader import iter_trajectory_paths, load_trajectory
-from tests.patience import backstop
+from rigs.patience import backstop
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(400)]

@@ -26,8 +26,8 @@ from air.runs.interruption import GracefulInterrupt, census
 from air.runs.run_folder import open_run_folder
 from air.viewer import stats
 from air.viewer.index import TrajectoryIndex
+from rigs.patience import backstop
 from rigs.synthetic_runs import synthetic_record
-from tests.patience import backstop
 
 
 def _core(tmp_path: Path) -> MLGymCore:

@@ -13,8 +13,8 @@ import pytest
 from air.sandbox.config import SandboxConfig
 from air.sandbox.errors import SandboxImageMissing
 from air.sandbox.pool import SandboxPool
+from rigs.patience import backstop
 from tests.env.test_trajectories import make_record
-from tests.patience import backstop
 
 MISSING = "air-sandbox:no-such-recipe-0000"
 FIX = "uv run air build-image"

@@ -16,7 +16,7 @@ import docker
 import pytest
 
 from air.sandbox.config import LABEL_PID
-from tests.patience import backstop
+from rigs.patience import backstop
 from tests.sampling_task import TASK, write_sampling_root
 
 REPO = Path(__file__).resolve().parents[2]

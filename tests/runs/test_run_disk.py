@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from air.runs.run_log import console_lines, log_file
-from tests.patience import backstop
+from rigs.patience import backstop
 from tests.runs.counted_imports import standalone_counting_imports
 
 

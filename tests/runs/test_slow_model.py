@@ -24,8 +24,8 @@ from air.cli.main import main
 from air.runs.standalone import run_standalone
 from air.runs.standalone_settings import StandaloneSettings
 from air.serving.generation_engine import GenerationEngine
+from rigs.patience import backstop
 from tests.json_endpoint import JsonEndpoint, serve
-from tests.patience import backstop
 
 ROOT = Path(__file__).resolve().parents[2]
 PACE_S = 1.5  # each forward pass's sleep: no pass ends and no CPU is used meanwhile, yet it is no stall

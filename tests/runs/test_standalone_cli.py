@@ -17,7 +17,7 @@ from air.cli.main import main
 from air.env.trajectory_reader import iter_trajectory_paths, load_trajectory
 from air.runs.run_folder import RunFolderError, open_run_folder
 from air.runs.standalone_settings import SIMPLE_ENV_TASK
-from tests.patience import backstop
+from rigs.patience import backstop
 
 
 def _air(*args: str, cwd: Path) -> subprocess.Popen[str]:

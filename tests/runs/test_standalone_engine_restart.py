@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.patience import backstop
+from rigs.patience import backstop
 from tests.second_engine import SecondEngine
 
 

@@ -15,8 +15,8 @@ from air.cli.main import main
 from air.env.trajectory_reader import iter_trajectory_paths, load_trajectory
 from air.runs.replay import replay_trajectory, scores_match
 from air.runs.standalone import StandaloneSettings, group_advantages, run_standalone, step_statistics
+from rigs.patience import backstop
 from tests.mlgym_like import write_mlgym_like_root
-from tests.patience import backstop
 
 
 def test_advantages_are_reward_minus_group_mean():

@@ -18,7 +18,7 @@ import pytest
 from air.env.trajectories import BaselineInfo, TrajectoryRecord, Turn, write_trajectory
 from air.runs.standalone import StandaloneSettings, run_standalone
 from air.runs.wandb_logging import MAX_COMMANDS_CHARS, SAMPLE_COLUMNS, WandbStepLogger, WandbUnavailable, sample_rows
-from tests.patience import backstop
+from rigs.patience import backstop
 
 # --- reading an offline run back ------------------------------------------------------------------
 # wandb writes records in the LevelDB log format: a 7-byte file header (":W&B", magic 0xBEE1, version),

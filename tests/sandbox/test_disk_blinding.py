@@ -14,7 +14,7 @@ import pytest
 from air.sandbox.config import SandboxConfig
 from air.sandbox.container import Sandbox
 from air.sandbox.disk_watch import ENTRY_BYTES, MIN_DELAY_S, DiskWatch, Measure
-from tests.patience import backstop
+from rigs.patience import backstop
 
 LIMIT = re.compile(r"(the sandbox holds [\d.]+[KMG]? of its 200M disk limit|cannot be counted against its 200M disk)")
 # 300 folders of 30 characters, one in the other: a working directory 9,000 bytes long.

@@ -24,8 +24,8 @@ import pytest
 from air.sandbox.config import SandboxConfig
 from air.sandbox.container import Sandbox, reset_docker_client
 from air.sandbox.storage import NO_PQUOTA, storage_driver
+from rigs.patience import backstop
 from tests.host_disk import container_bytes
-from tests.patience import backstop
 from tests.red_team import check_rollout, honest_evaluation, run_attack
 from tests.second_engine import (  # noqa: F401  (fixtures)
     SecondEngine,

@@ -12,7 +12,7 @@ from air.sandbox.config import SandboxConfig
 from air.sandbox.container import reset_docker_client
 from air.sandbox.errors import EngineGone, SandboxDied
 from air.sandbox.pool import SandboxPool
-from tests.patience import backstop
+from rigs.patience import backstop
 from tests.second_engine import SecondEngine
 
 

@@ -12,7 +12,7 @@ import docker
 import pytest
 
 from air.sandbox.config import LABEL_RUN, SandboxConfig
-from tests.patience import backstop
+from rigs.patience import backstop
 
 pytestmark = pytest.mark.docker
 

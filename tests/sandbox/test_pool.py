@@ -20,8 +20,8 @@ import pytest
 from air.sandbox.config import LABEL_HOST, LABEL_PID, LABEL_RUN, SandboxConfig
 from air.sandbox.pool import SandboxPool
 from air.sandbox.removal import reap_orphans
+from rigs.patience import backstop
 from tests.containers import existing
-from tests.patience import backstop
 
 pytestmark = pytest.mark.docker
 

@@ -27,9 +27,9 @@ import pytest
 from air.sandbox.config import SandboxConfig
 from air.sandbox.container import Sandbox
 from air.sandbox.errors import SandboxStartError
-from tests.patience import backstop
+from rigs.patience import backstop
 
-pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]  # stretched by tests/patience.py (conftest)
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]  # stretched by rigs/patience.py (conftest)
 
 NAMESPACES = ("pid", "mnt", "net", "ipc", "uts")
 

@@ -11,8 +11,8 @@ import pytest
 from air.sandbox.config import LABEL, LABEL_PID, SandboxConfig, owner_labels, parse_env_gpu
 from air.sandbox.container import Sandbox, container_kwargs
 from air.sandbox.errors import SandboxDied
+from rigs.patience import backstop
 from tests.containers import existing
-from tests.patience import backstop
 
 pytestmark = pytest.mark.docker
 

@@ -13,8 +13,8 @@ from air.sandbox.container import Sandbox, container_kwargs
 from air.sandbox.errors import SandboxDied
 from air.sandbox.removal import remove_stopped_owned
 from air.sandbox.shell import Shell
+from rigs.patience import backstop
 from tests.containers import existing
-from tests.patience import backstop
 
 pytestmark = pytest.mark.docker
 

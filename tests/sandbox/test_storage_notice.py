@@ -12,7 +12,7 @@ import pytest
 
 from air.runs.run_log import log_file
 from air.sandbox.storage import can_size, storage_driver
-from tests.patience import backstop
+from rigs.patience import backstop
 
 # A program that logs as a plain script does (INFO and up to stderr) and asks the engine for its driver.
 ASK = (

@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from air.serving.server import PolicyServer
+from rigs.patience import backstop
 from tests.lora_files import ALPHA, RANK, write_adapter
-from tests.patience import backstop
 
 REPLY = "ls data\n```bash\nhead -3 data/train.csv\n```"
 PROMPT = [{"role": "user", "content": "Beat the baseline on data/train.csv."}]

@@ -15,7 +15,7 @@ from air.serving.engine_progress import EngineStalled
 from air.serving.generation_engine import GenerationEngine
 from air.serving.sampling import SamplingParams
 from air.serving.token_scorer import TokenScorer
-from tests.patience import backstop
+from rigs.patience import backstop
 
 MESSAGES = [{"role": "user", "content": "Write one command that lists the data files."}]
 LONG = SamplingParams(temperature=1.0, max_tokens=400, ignore_eos=True, seed=1)

@@ -19,7 +19,7 @@ from air.serving.generation_engine import GenerationEngine
 from air.serving.sampling import SamplingParams
 from air.serving.server import PolicyServer
 from air.serving.token_scorer import PromptTooLong, TokenScorer
-from tests.patience import backstop
+from rigs.patience import backstop
 from tests.sampling_check import PRIME_RL_EXTRA, expected_logprobs
 
 MESSAGES = [{"role": "user", "content": "Write one command that lists the data files."}]

@@ -41,7 +41,7 @@ from air.policies.scripted import (
 )
 from air.serving.server import PolicyServer, PolicyServerError
 from air.tasks.loader import BUILTIN_TASK_ROOT, load_task
-from tests.patience import backstop
+from rigs.patience import backstop
 
 SYSTEM = "You are an ML research agent. Reply with reasoning, then one command in one fenced bash block."
 WORKSPACE = "/home/agent/workspace"

@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests.patience import backstop
+from rigs.patience import backstop
 
 TASK_ROOT = Path(__file__).resolve().parents[2] / "air" / "tasks" / "builtin"
 CONFIGS = TASK_ROOT / "configs"

@@ -19,6 +19,7 @@ import yaml
 from air.sandbox.config import WORKSPACE
 from air.tasks import mlgym_tools
 from air.tasks.mlgym_tools import COMMANDS_DIR, ToolsError, ToolSet, guard_multiline, load_mlgym_tools
+from rigs.patience import backstop
 from tests.mlgym_like import (
     TOOLS_ENV,
     TOOLS_SUBMIT_MARKER,
@@ -27,7 +28,6 @@ from tests.mlgym_like import (
     write_mlgym_like_tools,
 )
 from tests.opt_in import MLGYM_CHECKOUT
-from tests.patience import backstop
 
 MLGYM_ROOT = MLGYM_CHECKOUT or None  # captured before conftest clears $MLGYM_ROOT
 needs_checkout = pytest.mark.skipif(not MLGYM_ROOT, reason="set MLGYM_ROOT to a real MLGym checkout to run this")

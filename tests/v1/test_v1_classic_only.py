@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.patience import backstop
+from rigs.patience import backstop
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from air.serving.server import PolicyServer
-from tests.patience import backstop
+from rigs.patience import backstop
 from tests.second_engine import SecondEngine
 
 pytest.importorskip("verifiers.v1")

@@ -28,7 +28,7 @@ from rigs.fleet import (
     spread_command,
     wait_for,
 )
-from tests.patience import backstop
+from rigs.patience import backstop
 from tests.second_engine import SecondEngine
 
 vf = pytest.importorskip("verifiers.v1")

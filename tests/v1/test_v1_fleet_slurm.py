@@ -21,8 +21,8 @@ import pytest
 from air.fleet.overlay import spreader_command
 from air.serving.server import PolicyServer
 from rigs.fleet import containers, figures, free_port, make_folder, outcomes, remove_private, wait_for
+from rigs.patience import backstop
 from tests.fleet.conftest import SlurmCluster, new_slurm_cluster  # noqa: F401 (a fixture)
-from tests.patience import backstop
 
 vf = pytest.importorskip("verifiers.v1")
 from verifiers.v1.configs.client import EvalClientConfig  # noqa: E402

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.patience import backstop
+from rigs.patience import backstop
 from tests.printed_hints import (
     REPO,
     air_parse_problem,

@@ -14,7 +14,7 @@ import pytest
 
 from air.sandbox.storage import can_size, storage_driver
 from air.serving.server import PolicyServer
-from tests.patience import backstop
+from rigs.patience import backstop
 
 SETUP = "import sys; from verifiers.v1.utils.logging import setup_logging; "
 WARN = "import air_mlgym, logging; air_mlgym.MLGymTaskset; logging.getLogger('air.sandbox.storage').warning('no quota')"

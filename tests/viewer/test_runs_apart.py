@@ -15,7 +15,7 @@ from streamlit.testing.v1 import AppTest
 from air.env.trajectories import BaselineInfo, TrajectoryRecord, write_trajectory
 from air.viewer.index import TrajectoryIndex, run_of
 from air.viewer.stats import Filters, apply_filters, reward_per_step, rollout_frame, zero_advantage_share
-from tests.patience import backstop
+from rigs.patience import backstop
 
 APP = str(Path(__file__).resolve().parents[2] / "air" / "visualize.py")
 RUNS = {"20261125-010203-aaaaaa": 1.0, "20261125-010203-bbbbbb": 0.0, "20261125-010204-cccccc": 0.5}

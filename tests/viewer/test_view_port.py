@@ -21,7 +21,7 @@ import pytest
 
 from air.viewer.launch import DEFAULT_PORT, ViewerPortError, choose_port, port_free
 from air.viewer.local_server import free_port
-from tests.patience import backstop
+from rigs.patience import backstop
 
 REPO = Path(__file__).resolve().parents[2]
 

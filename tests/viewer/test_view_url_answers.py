@@ -48,7 +48,7 @@ def test_the_url_answers_the_moment_it_is_printed(tmp_path: Path) -> None:
         backstop.cancel()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=600)  # a backstop (tests/patience.py)
+        process.wait(timeout=600)  # a backstop (rigs/patience.py)
     assert url == f"http://127.0.0.1:{port}"
     assert status == 200 and b"<noscript>" in page, page[:300]  # Streamlit's page
     ours = [line for line in seen if line.startswith("air view: ") and "ready:" not in line]

@@ -15,9 +15,9 @@ from air.env.trajectory_reader import load_trajectory
 from air.viewer.index import TrajectoryIndex
 from air.viewer.plain import JOINER
 from rigs.mlgym_runs import write_mlgym_run
+from rigs.patience import backstop
 from rigs.synthetic_runs import MIXED_ROLLOUTS as ROLLOUTS
 from rigs.synthetic_runs import write_mixed_folder
-from tests.patience import backstop
 
 _MD = MarkdownIt("commonmark")
 APP = str(Path(__file__).resolve().parents[2] / "air" / "visualize.py")

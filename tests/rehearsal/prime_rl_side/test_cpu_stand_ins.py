@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.patience import backstop
+from rigs.patience import backstop
 from tests.rehearsal.prime_rl_side import PRIME_RL_SIDE
 
 STAND_INS = PRIME_RL_SIDE / "stand_ins" / "cpu"

@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from tests.patience import backstop
+from rigs.patience import backstop
 from tests.rehearsal.prime_rl_side import PRIME_RL_SIDE
 
 torch = pytest.importorskip("torch", reason="torch is not installed in this venv")
