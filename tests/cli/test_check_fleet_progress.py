@@ -6,15 +6,14 @@ read as it comes."""
 from __future__ import annotations
 
 import os
-import queue
 import socket
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 from air.fleet.folder import FleetFolder, NodeRecord
 from rigs.patience import backstop
+from tests.live_output import lines_as_they_come
 from tests.printed_hints import REPO
 
 BACKSTOP_S = 900  # only against a hang of the test itself: the checks' own bounds end the command long before
@@ -24,18 +23,6 @@ def _record(name: str, port: int) -> NodeRecord:
     return NodeRecord(
         name=name, address=f"tcp://127.0.0.1:{port}", incarnation=name, host="127.0.0.1", pid=1, capacity=1
     )
-
-
-def _lines_as_they_come(process: subprocess.Popen) -> queue.Queue:
-    lines: queue.Queue = queue.Queue()
-
-    def read() -> None:
-        for line in process.stdout:
-            lines.put(line.rstrip("\n"))
-        lines.put(None)
-
-    threading.Thread(target=read, daemon=True).start()
-    return lines
 
 
 def test_each_node_is_announced_and_a_silent_gate_is_reported_not_waited_on(tmp_path: Path) -> None:
@@ -61,7 +48,7 @@ def test_each_node_is_announced_and_a_silent_gate_is_reported_not_waited_on(tmp_
     )
     seen: list[str] = []
     try:
-        lines = _lines_as_they_come(process)
+        lines = lines_as_they_come(process)
         while (line := lines.get(timeout=BACKSTOP_S)) is not None:
             seen.append(line)
         process.wait(timeout=backstop(60))

@@ -5,12 +5,11 @@ the whole foreground process group, sent here once the classic run's pytest has 
 from __future__ import annotations
 
 import os
-import queue
 import re
 import signal
 import subprocess
-import threading
 
+from tests.live_output import lines_as_they_come
 from tests.printed_hints import REPO
 
 BACKSTOP_S = 900  # only against a hang of the test itself; each step waits on output, not on a clock
@@ -30,14 +29,7 @@ def test_ctrl_c_stops_the_script_before_the_v1_run() -> None:
         text=True,
         start_new_session=True,  # its own group, as a terminal's foreground job: Ctrl-C signals the group
     )
-    lines: queue.Queue = queue.Queue()
-
-    def read() -> None:
-        for line in process.stdout:
-            lines.put(line.rstrip("\n"))
-        lines.put(None)
-
-    threading.Thread(target=read, daemon=True).start()
+    lines = lines_as_they_come(process)
     seen: list[str] = []
     signalled = False
     try:
