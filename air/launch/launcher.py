@@ -75,37 +75,32 @@ class _Forwarder:
         self.hurry = threading.Event()  # cuts the grace period of the leftover stop
 
     def attach(self, proc: subprocess.Popen[Any]) -> None:
-        """The child now exists: deliver a signal that arrived while it was being started, and say so as for any."""
+        """The child now exists: deliver a signal that arrived while it was being started, said as any other."""
         self.proc = proc
-        if self.pending is None:
-            return
-        name = signal.Signals(self.pending).name
-        if self.count > 1:
-            self.hurry.set()
-            _signal_group(proc.pid, signal.SIGKILL)
-            self.emit(f"{name} again: killing {self.kind}'s process group {proc.pid}")
-        else:
-            _signal_group(proc.pid, self.pending)
-            self.emit(f"{name}: passed to {self.kind} (process group {proc.pid}); send it again to kill it")
+        if self.pending is not None:
+            self._deliver(proc, signal.Signals(self.pending))
 
     def __call__(self, signum: int, frame: Any) -> None:
         self.count += 1
-        name = signal.Signals(signum).name
         if self.proc is None:
             self.pending = signum
             return
         if self.proc.returncode is not None:
             # Root already reaped: its pid may no longer name our group, so signal nobody; just hurry.
             self.hurry.set()
-            self.emit(f"{name}: killing the leftovers of {self.kind} now")
+            self.emit(f"{signal.Signals(signum).name}: killing the leftovers of {self.kind} now")
             return
+        self._deliver(self.proc, signal.Signals(signum))
+
+    def _deliver(self, proc: subprocess.Popen[Any], sig: signal.Signals) -> None:
+        """The first signal goes to the child's group as it is; any after it kills the group."""
         if self.count == 1:
-            _signal_group(self.proc.pid, signum)
-            self.emit(f"{name}: passed to {self.kind} (process group {self.proc.pid}); send it again to kill it")
+            _signal_group(proc.pid, sig)
+            self.emit(f"{sig.name}: passed to {self.kind} (process group {proc.pid}); send it again to kill it")
         else:
             self.hurry.set()
-            _signal_group(self.proc.pid, signal.SIGKILL)
-            self.emit(f"{name} again: killing {self.kind}'s process group {self.proc.pid}")
+            _signal_group(proc.pid, signal.SIGKILL)
+            self.emit(f"{sig.name} again: killing {self.kind}'s process group {proc.pid}")
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
