@@ -90,11 +90,11 @@ def _shown(host: str) -> str:
     return "127.0.0.1" if host in WILDCARDS else (f"[{host}]" if ":" in host else host)
 
 
-def answers(url: str) -> bool:
+def answers(url: str, timeout_s: float = 5.0) -> bool:
     """Whether ``url`` answers 200 now. Never through a proxy: $http_proxy must not decide what is local."""
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
-        with opener.open(url, timeout=5) as reply:
+        with opener.open(url, timeout=timeout_s) as reply:
             return reply.status == 200
     except (OSError, ValueError):  # refused, reset, timed out, an HTTP error (URLError, HTTPError: OSError)
         return False

@@ -12,9 +12,10 @@ import socket
 import subprocess
 import tempfile
 import time
-import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+
+from air.viewer.launch import answers
 
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
 
@@ -64,10 +65,8 @@ def serving(
                 text = output()
                 last = [line for line in text.splitlines() if line.strip()][-1:] or ["no output"]
                 raise ViewerServerError(f"{name} exited with {process.returncode}: {last[0]}\n{text[-3000:]}")
-            with contextlib.suppress(OSError):
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=1) as reply:
-                    if reply.status == 200 and (ready is None or ready(output())):
-                        break
+            if answers(f"{url}/_stcore/health", timeout_s=1) and (ready is None or ready(output())):
+                break
             if time.monotonic() > deadline:
                 raise ViewerServerError(f"{name} did not answer on {url} within {timeout_s:.0f} s\n{output()[-3000:]}")
             time.sleep(0.1)
