@@ -1,12 +1,13 @@
 """``air fleet node DIR``: one env node's life, as a Slurm job step runs it (or by hand on any host).
 
-In order: its Docker engine answers (else it stops at once, saying so); the containers a previous start of
-this node left are removed; the env's image is there (built if it is ours and missing); the env server
-starts on a private socket (:mod:`air.env.v1_serve`, the node's GPUs given to its tasks); the gate
-(:mod:`air.fleet.gate`) opens on the node's address; once the env server answers, the node's record goes
-into the fleet folder for the spreader to find. On SIGTERM, SIGINT, or its env server's death: the record
-is withdrawn, the env server stopped (its episodes answer as cancelled through the gate), the gate closed
-and this node's containers removed.
+In order: the processes a previous start of this node on this host left running are ended
+(:mod:`air.fleet.previous_start`); its Docker engine answers (else it stops at once, saying so); the
+containers the previous start left are removed; the env's image is there (built if it is ours and missing);
+the env server starts on a private socket (:mod:`air.env.v1_serve`, the node's GPUs given to its tasks); the
+gate (:mod:`air.fleet.gate`) opens on the node's address; once the env server answers, the node's record goes
+into the fleet folder for the spreader to find. On SIGTERM, SIGINT, or its env server's death: the record is
+withdrawn, the env server stopped (its episodes answer as cancelled through the gate), the gate closed and
+this node's containers removed.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import docker
 from air.fleet.errors import FleetError
 from air.fleet.folder import FleetFolder, KeyPair, NodeRecord, write_private
 from air.fleet.gate import Gate
+from air.fleet.previous_start import end_previous_start, record_start
 from air.fleet.probe import answers
 from air.fleet.settings import GateSettings
 from air.sandbox.config import LABEL_RUN
@@ -158,10 +160,14 @@ def private_prefix(folder: FleetFolder) -> str:
     return str(Path(tempfile.gettempdir()) / f"air-node-{os.getuid()}-{digest}-")
 
 
+def private_path(folder: FleetFolder, name: str) -> Path:
+    return Path(private_prefix(folder) + name)
+
+
 def private_folder(folder: FleetFolder, name: str) -> Path:
     """This node's own folder for its env server's socket and env, 0700, at a name its next start finds again:
     a start after a SIGKILL removes what the killed one left."""
-    path = Path(private_prefix(folder) + name)
+    path = private_path(folder, name)
     try:
         info = os.lstat(path)
     except FileNotFoundError:
@@ -181,6 +187,8 @@ def serve_node(options: NodeOptions) -> int:
     client_public = client_keys.public
     check_unique(folder, options.name, (client_keys, node_keys.public))
     env, run_id, capacity, gpus = node_env(options)
+    # Its processes first: an env server orphaned by a SIGKILL would go on making containers under our label.
+    end_previous_start(private_path(folder, options.name))
     if options.docker:
         prepare_engine(env, run_id)
     private = private_folder(folder, options.name)  # the env server's socket is this user's only
@@ -198,6 +206,7 @@ def serve_node(options: NodeOptions) -> int:
             env={**os.environ, "AIR_FLEET_NODE": options.name},  # air.env.v1_front puts it in each trace's info
         )
     try:
+        record_start(private, {"env server": server.pid, "node process": os.getpid()})  # for our next start
         return asyncio.run(_serve(options, node_keys, client_public, inner_address, server, capacity, gpus, run_id))
     finally:
         _stop(server)
