@@ -198,18 +198,24 @@ def serve_node(options: NodeOptions) -> int:
     logs = folder.logs(options.name)
     logs.mkdir(parents=True, exist_ok=True)
     command = options.server_command or [sys.executable, "-m", SERVER_MODULE]
+    # The env server reads EOF on this pipe once this process is gone, even by SIGKILL (air.env.v1_serve).
+    node_gone, node_alive = os.pipe()
     with open(logs / "env-server.log", "ab") as server_log:
         server = subprocess.Popen(
             [*command, str(config), inner_address, str(capacity)],
             stdout=server_log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "AIR_FLEET_NODE": options.name},  # air.env.v1_front puts it in each trace's info
+            pass_fds=(node_gone,),
+            # AIR_FLEET_NODE: air.env.v1_front puts it in each trace's info
+            env={**os.environ, "AIR_FLEET_NODE": options.name, "AIR_FLEET_NODE_PIPE": str(node_gone)},
         )
+    os.close(node_gone)  # the write end, node_alive, stays open here until this process ends
     try:
         record_start(private, {"env server": server.pid, "node process": os.getpid()})  # for our next start
         return asyncio.run(_serve(options, node_keys, client_public, inner_address, server, capacity, gpus, run_id))
     finally:
         _stop(server)
+        os.close(node_alive)
         if options.docker:
             with contextlib.suppress(*DOCKER_ERRORS):
                 remove_containers(run_id)

@@ -1,7 +1,8 @@
 """A restart of an env node leaves nothing of its previous start: a node killed alone (SIGKILL to `air fleet
 node` only) leaves its env server running, reparented to init, and the next start of that node ends it, by
 the pid and start time the killed start recorded, before it publishes its own record. By hand, and under a
-real Slurm cluster on this host, whose proctrack/linuxproc lets such an orphan outlive the step."""
+real Slurm cluster on this host, whose proctrack/linuxproc lets such an orphan outlive the step. (The stub
+env server stays orphaned; air.env.v1_serve, the real one, also ends itself when its node goes.)"""
 
 from __future__ import annotations
 
@@ -25,6 +26,9 @@ from rigs.patience import backstop
 from tests.fleet.conftest import SlurmCluster
 
 ROOT = Path(__file__).resolve().parents[2]
+# The stub behind air.env.v1_serve's watch on its node, as the real env server runs it.
+WATCHING = "import sys; from air.env.v1_serve import end_with_node; end_with_node(); import rigs.stub_env_server as s"
+WATCHING_STUB = [sys.executable, "-c", f"{WATCHING}; sys.exit(s.main(sys.argv[1:]))"]
 
 
 def _alive(pid: int) -> bool:
@@ -75,6 +79,25 @@ def test_a_restart_by_hand_ends_the_env_server_its_killed_start_left(tmp_path: P
         assert not _alive(orphan), "the new start published its record with the old env server still running"
         assert [p.ppid() for p in _env_servers(folder, "n1")] == [second.pid], "one env server: the new start's"
         assert f"ended the previous start's env server (pid {orphan})" in processes.log("second")
+    finally:
+        processes.stop_all()
+        _end(_env_servers(folder, "n1"))
+        remove_private(folder)
+
+
+def test_an_env_server_ends_itself_when_its_node_is_killed(tmp_path: Path) -> None:
+    folder = make_folder(tmp_path / "fleet")
+    processes = Processes(tmp_path / "logs")
+    command = node_command(folder, "n1", "--no-docker", "--server-command", shlex.join(WATCHING_STUB), stub=False)
+    try:
+        node = processes.start("node", command)
+        wait_for(lambda: _published_by(folder, "n1", node.pid), backstop(60), "n1 up")
+        [server] = psutil.Process(node.pid).children()
+
+        os.kill(node.pid, signal.SIGKILL)  # the node only, not its process group
+        node.wait(backstop(30))
+
+        wait_for(lambda: not _alive(server.pid), backstop(30), "the env server to end with its node")
     finally:
         processes.stop_all()
         _end(_env_servers(folder, "n1"))
