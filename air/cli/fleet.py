@@ -139,21 +139,18 @@ def cmd_node(args: argparse.Namespace) -> int:
 
 def cmd_spread(args: argparse.Namespace) -> int:
     """Listen where the orchestrator connects and hand each episode to the least busy env node with room; a node
-    silent for --lost-after has its episodes failed at once, and rejoins when it answers again."""
+    silent for --lost-after has its episodes failed at once, and rejoins when it answers again. The address is
+    held by a relay that starts the spreader again, its episodes in flight answered as failed, should it die."""
     from air.fleet.errors import FleetError
-    from air.fleet.spreader import Spreader
+    from air.fleet.front import Front
 
     _logging()
     settings = settings_from_args(SpreadSettings, args, command="air fleet spread")
     try:
-        spreader = Spreader(_folder(args.folder), args.address, args.source, settings)
+        front = Front(_folder(args.folder), args.address, args.source, settings)
     except FleetError as exc:
         raise CommandError(str(exc)) from exc
-    try:
-        asyncio.run(spreader.run())
-    except KeyboardInterrupt:
-        pass
-    return 0
+    return asyncio.run(front.run())
 
 
 def cmd_overlay(args: argparse.Namespace) -> int:

@@ -16,6 +16,7 @@ from air.fleet.folder import KeyPair, NodeRecord
 class NodeState(StrEnum):
     JOINING = "joining"  # recorded, not yet answered healthy: nothing is sent to it
     UP = "up"
+    SICK = "sick"  # answers, but says its engine or env server fails: nothing new goes to it, its runs go on
     LOST = "lost"  # silent, or its engine or env server is: its runs were failed, nothing new goes to it
     LEAVING = "leaving"  # its record is gone (it stopped): nothing new goes to it, its last runs may finish
 
@@ -47,6 +48,7 @@ class Link:
     in_flight: dict[bytes, Request] = field(default_factory=dict)
     running: int = 0  # the episodes among in_flight, kept as they come and go: the choice reads it per dispatch
     given_up: list[bytes] = field(default_factory=list)  # failed while lost: cancelled there on rejoin
+    sent: int = 0  # episodes sent to it
     done: int = 0  # episodes it answered (ok or not: the env's verdict travels in the reply)
     failed: int = 0  # episodes failed here because the node was lost or left
     losses: int = 0
@@ -70,6 +72,7 @@ class Link:
             "state": self.state.value,
             "address": self.record.address,
             "running": self.episodes(),
+            "sent": self.sent,
             "done": self.done,
             "failed": self.failed,
             "losses": self.losses,

@@ -1,6 +1,6 @@
 """What a start of an env node leaves on its host for the next start of that node: the processes it started.
 
-A node killed alone (SIGKILL to ``air fleet node``, an OOM kill) leaves its env server running, reparented
+A node killed alone (SIGKILL to ``air fleet node DIR``, an OOM kill) leaves its env server running, reparented
 to init: Slurm's proctrack/linuxproc follows the process tree, so the orphan escapes the step's end too, and
 keeps making containers under the node's label. So each start writes, in its private folder (host-local,
 this user's only), its own pid and its env server's, each with its start time; the next start of the node

@@ -1,13 +1,15 @@
-"""One source's episodes over many env nodes, behind the one address prime-rl's orchestrator knows.
+"""One source's episodes over many env nodes: the spreader, which the relay of
+``air fleet spread DIR --address ADDRESS`` (:mod:`air.fleet.front`) runs as a child process behind the one
+address prime-rl's orchestrator knows.
 
-The orchestrator's env client connects to the spreader as it would to an env server (loopback: the hop
-that carries no key). Each episode goes to the least busy node that is up and has room, else waits in
-order. Every ``probe_interval_s`` each node is asked how it is; one silent for ``lost_after_s`` (or whose
-Docker engine or env server is) is lost: its episodes in flight are answered at once as failed, which
-prime-rl counts as failed episodes and never trains on, and nothing new goes to it. A lost node's
-connection is replaced, so nothing queued for it is delivered later; a reply that still arrives for a failed
-episode is dropped. When the node answers healthy again it rejoins, and the runs given up are cancelled
-there. Nodes are found in the fleet folder (:mod:`air.fleet.folder`), never configured by address.
+Each episode goes to the least busy node that is up and has room, else waits in order. Every
+``probe_interval_s`` each node is asked how it is; a node whose gate says it is sick (its Docker engine or env
+server failing) gets nothing new at once, its runs going on, and is up again when it says it is healthy. One
+silent for ``lost_after_s`` (or whose engine or env server is, that long) is lost: its episodes in flight are
+answered at once as failed, which prime-rl counts as failed episodes and never trains on, and nothing new goes
+to it. A lost node's connection is replaced, so nothing queued for it is delivered later; a reply that still
+arrives for a failed episode is dropped. When the node answers healthy again it rejoins, and the runs given up
+are cancelled there. Nodes are found in the fleet folder (:mod:`air.fleet.folder`), never configured by address.
 """
 
 from __future__ import annotations
@@ -30,11 +32,21 @@ from air.fleet.settings import SpreadSettings
 
 log = logging.getLogger(__name__)
 OWN = b"spread-"
+ANSWERING = (NodeState.UP, NodeState.SICK, NodeState.LEAVING)  # states in which silence loses a node
 
 
 class Spreader:
-    def __init__(self, folder: FleetFolder, address: str, source: str, settings: SpreadSettings | None = None) -> None:
+    def __init__(
+        self,
+        folder: FleetFolder,
+        address: str,
+        source: str,
+        settings: SpreadSettings | None = None,
+        public_address: str | None = None,
+        starts: dict | None = None,
+    ) -> None:
         self.folder, self.source = folder, source
+        self.starts = starts or {}  # the relay's count of this spreader's starts and what they cost, for figures
         self.settings = settings or SpreadSettings()
         self.client_keys = folder.key_pair("client")
         self.node_public = folder.key_pair("node").public
@@ -43,7 +55,7 @@ class Spreader:
         for option, value in ((zmq.ROUTER_MANDATORY, 1), (zmq.LINGER, 0), (zmq.SNDHWM, 0), (zmq.RCVHWM, 0)):
             self.front.setsockopt(option, value)
         self.front.bind(address)
-        self.address = self.front.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.address = public_address or self.front.getsockopt_string(zmq.LAST_ENDPOINT)
         self.links: dict[str, Link] = {}
         self.readers: dict[str, asyncio.Task] = {}
         self.queue: deque[Request] = deque()
@@ -71,6 +83,9 @@ class Spreader:
             self.close()
 
     async def _from_client(self, request: Request) -> None:
+        if request.method == wire.PING:  # the relay in front: this process works, and the wire its answers need
+            await self._answer(request, [wire.pack({"wire": self.wire.name if self.wire else None})])
+            return
         if request.method == wire.HEALTH:
             if self.wire is not None and any(link.state is NodeState.UP for link in self.links.values()):
                 await self._answer(request, wire.reply(self.wire, {"success": True, "error": None}))
@@ -105,6 +120,7 @@ class Spreader:
     async def _send(self, link: Link, request: Request) -> None:
         link.in_flight[request.request_id] = request
         link.running += request.is_episode
+        link.sent += request.is_episode
         await link.socket.send_multipart([request.request_id, request.method, request.payload])
 
     async def _read_node(self, link: Link, socket: zmq.asyncio.Socket) -> None:
@@ -132,13 +148,14 @@ class Spreader:
     # -- nodes: found, probed, lost, back ------------------------------------------------------------------------
 
     async def _probe_forever(self) -> None:
+        probe = wire.pack({"lost_after_s": self.settings.lost_after_s})  # the gate cancels our runs after that silence
         while True:
             await self._sync_records(self.folder.records())
             now = time.monotonic()
             for link in list(self.links.values()):
                 link.unanswered += 1
-                await link.socket.send_multipart([OWN + str(next(self._ids)).encode(), wire.STATUS, b""])
-                if link.state in (NodeState.UP, NodeState.LEAVING) and (reason := self._trouble(link, now)):
+                await link.socket.send_multipart([OWN + str(next(self._ids)).encode(), wire.STATUS, probe])
+                if link.state in ANSWERING and (reason := self._trouble(link, now)):
                     await self._lose(link, reason)
             self._report()
             await asyncio.sleep(self.settings.probe_interval_s)
@@ -158,9 +175,15 @@ class Spreader:
         return ""
 
     async def _status_answer(self, link: Link, status: dict) -> None:
+        """A probe's answer, or a status the gate pushed when its node fell sick or recovered."""
         link.last_answer, link.status, link.unanswered = time.monotonic(), status, 0
+        sick = str(status.get("sick") or "")
+        if sick and link.state is NodeState.UP:
+            log.warning("env node %s is sick (%s): nothing new goes to it", link.name, sick)
+            link.state, link.reason = NodeState.SICK, sick
+            return
         healthy = status.get("inner_answered") and status.get("wire") and not self._trouble(link, link.last_answer)
-        if not healthy or link.state not in (NodeState.JOINING, NodeState.LOST):
+        if not healthy or sick or link.state not in (NodeState.JOINING, NodeState.LOST, NodeState.SICK):
             return
         self.wire = self.wire or wire.Wire[status["wire"]]
         if link.given_up:
@@ -168,12 +191,8 @@ class Spreader:
                 [OWN + b"forget", wire.FORGET, wire.pack({"request_ids": [rid.decode() for rid in link.given_up]})]
             )
             link.given_up = []
-        log.info(
-            "env node %s %s (%s)",
-            link.name,
-            "is up" if link.state is NodeState.JOINING else "rejoined",
-            link.record.address,
-        )
+        back = {NodeState.JOINING: "is up", NodeState.LOST: "rejoined", NodeState.SICK: "is healthy again"}
+        log.info("env node %s %s (%s)", link.name, back[link.state], link.record.address)
         link.state, link.reason = NodeState.UP, ""
         await self._dispatch()
 
@@ -252,7 +271,13 @@ class Spreader:
 
     def figures(self) -> dict:
         nodes = {name: link.figures() for name, link in sorted(self.links.items())}
-        return {"source": self.source, "address": self.address, "waiting": len(self.queue), "nodes": nodes}
+        return {
+            "source": self.source,
+            "address": self.address,
+            "waiting": len(self.queue),
+            **self.starts,
+            "nodes": nodes,
+        }
 
     def _report(self) -> None:
         figures = self.figures()

@@ -18,6 +18,7 @@ import zmq
 # Methods of our own, never forwarded to an env server: a spreader asking a gate how its node is.
 STATUS = b"air-status"
 FORGET = b"air-forget"  # the runs a spreader gave up on while the node was lost: cancel them there
+PING = b"air-ping"  # the relay asking its spreader (a child process) whether it still works
 HEALTH = b"health"
 RUN = b"run"
 CANCEL = b"cancel"
