@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 PING_ID = b"front-ping-"
 WORKER_MODULE = "air.fleet.spread_worker"
 REFUSED = 3  # the spreader's exit when it cannot start at all (keys, folder): starting it again cannot help
+HEALTH_KEPT_S = 60.0  # a health poll no node answers is forgotten after this (the client polls again)
 QUICK_DEATH_S = 10.0  # a spreader that dies this soon after its start, ...
 QUICK_DEATHS = 5  # ... this many times in a row, is not started again: the relay stops, saying so
 RESTART_DELAY_S = 0.2
@@ -50,6 +51,7 @@ class Held:
 
     client: bytes
     method: bytes
+    received: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -223,6 +225,7 @@ class Front:
         limit, interval = self.settings.lost_after_s, self.settings.probe_interval_s
         while True:
             await asyncio.sleep(interval)
+            self._forget_old_polls()
             worker.unanswered += 1
             await worker.socket.send_multipart([PING_ID + str(next(self._ids)).encode(), wire.PING, b""])
             silent = time.monotonic() - worker.last_pong
@@ -231,6 +234,13 @@ class Front:
                 with contextlib.suppress(ProcessLookupError):
                     worker.process.kill()
                 return
+
+    def _forget_old_polls(self) -> None:
+        """The spreader leaves a health poll unanswered while no node is up: do not hold those forever."""
+        now = time.monotonic()
+        for request_id, held in list(self.held.items()):
+            if held.method == wire.HEALTH and now - held.received > HEALTH_KEPT_S:
+                del self.held[request_id]
 
     async def _fail_held(self, why: str) -> int:
         """Answer every request the spreader held; returns how many episodes were answered as failed."""

@@ -96,6 +96,7 @@ class Gate:
         self.orphans_cancelled = 0  # runs cancelled because the spreader that asked for them went silent
         self._ids = itertools.count()
         self._engine_asked: asyncio.Task | None = None
+        self._holding: set[asyncio.Task] = set()  # episode ends waiting for an engine check
         self._engine_asked_at = 0.0
 
     def bind(self, address: str) -> str:
@@ -194,7 +195,9 @@ class Gate:
         if final and is_run and self.engine_check is not None:
             # Its end frees room here: first make sure the engine still answers, so that the spreader hears
             # "sick" before this reply (one connection keeps order) and sends nothing new to a dead engine.
-            asyncio.create_task(self._send_after_engine_check(peer, request_id, rest))
+            task = asyncio.create_task(self._send_after_engine_check(peer, request_id, rest))
+            self._holding.add(task)  # a reference, so the loop cannot drop it half done
+            task.add_done_callback(self._holding.discard)
             return
         await self._send(peer, request_id, rest)
 

@@ -24,9 +24,12 @@ BOUND = LOST_AFTER + 2 * PROBE
 
 
 def _spreader_of(relay_pid: int) -> psutil.Process:
-    children = wait_for(lambda: psutil.Process(relay_pid).children(), backstop(30), "the relay's spreader")
-    assert len(children) == 1, children
-    return children[0]
+    """The process that spreads: the relay's child (before the relay, 4914253, the one process itself). The
+    nodes are up once the fixture yields, so a spreader has started."""
+    relay = psutil.Process(relay_pid)
+    children = relay.children()
+    assert len(children) <= 1, children
+    return children[0] if children else relay
 
 
 def _cancelled(folder, node: str) -> list[str]:
@@ -55,7 +58,7 @@ def test_a_killed_spreader_answers_its_episodes_and_comes_back_at_the_same_addre
         async def play() -> tuple[list[dict], float, list[dict]]:
             client = WireClient(address)
             try:
-                running = await _in_flight(client, folder, 6, 30.0)
+                running = await _in_flight(client, folder, 6, 60.0)
                 first.kill()  # SIGKILL: it answers nothing itself
                 killed = time.monotonic()
                 replies = await asyncio.wait_for(asyncio.gather(*running), backstop(30))
