@@ -14,6 +14,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import psutil
 import pytest
 
 from rigs.fleet import (
@@ -172,3 +173,43 @@ def test_without_a_node_health_goes_unanswered_and_episodes_wait_for_one(tmp_pat
         remove_private(folder)
     assert not healthy, "no node up: the orchestrator's start-up poll must keep waiting"
     assert reply["success"] and reply["episode"]["server"] == "n1"
+
+
+def test_a_node_whose_env_server_stops_answering_is_sick_then_lost_and_back(tmp_path: Path) -> None:
+    lost_after = 8.0  # long enough to see the node sick (two missed health checks, ~3 s) before it is lost
+    spread = ("--lost-after", str(lost_after), "--probe-interval", str(PROBE))
+    with fleet(tmp_path, 2, capacity=4, spread_args=spread) as (folder, processes, address):
+        server = wait_for(lambda: psutil.Process(processes.started["n1"].pid).children(), backstop(30), "n1's server")
+
+        async def play() -> tuple[list[dict], list[str], dict, list[dict]]:
+            client = WireClient(address)
+            try:
+                running = [asyncio.create_task(client.run(30.0, i=i)) for i in range(2)]  # one on each node
+                while min(node["running"] for node in figures(folder)["nodes"].values()) < 1:
+                    await asyncio.sleep(0.05)
+                server[0].suspend()  # n1's env server stops answering; its gate still answers probes
+                states: list[str] = []
+                meanwhile: list[dict] = []
+                while (state := figures(folder)["nodes"]["n1"]["state"]) != "lost":
+                    if not states or states[-1] != state:
+                        states.append(state)
+                    if state == "sick" and not meanwhile:  # new episodes while n1 is sick
+                        meanwhile = await asyncio.gather(*(client.run(0.1, i=i) for i in range(3)))
+                    await asyncio.sleep(0.05)
+                states.append("lost")
+                n1 = figures(folder)["nodes"]["n1"]
+                sent_while_sick = n1["done"] + n1["failed"] + n1["running"]  # episodes sent to n1 so far
+                server[0].resume()
+                wait_for(lambda: figures(folder)["nodes"]["n1"]["state"] == "up", backstop(30), "n1 back up")
+                after = await asyncio.gather(*(client.run(0.2, i=i) for i in range(6)))
+                first = await asyncio.gather(*running)
+                return first, states, {"sent": sent_while_sick, "meanwhile": meanwhile}, after
+            finally:
+                await client.close()
+
+        first, states, seen, after = _run(play())
+    assert states == ["up", "sick", "lost"], states
+    assert {reply["episode"]["server"] for reply in seen["meanwhile"]} == {"n2"}, "nothing new goes to a sick node"
+    assert seen["sent"] == 1, "n1 was sent only the episode it had before it fell sick"
+    assert [reply["success"] for reply in first].count(False) == 1, "its episode in flight failed when it was lost"
+    assert {reply["episode"]["server"] for reply in after} == {"n1", "n2"}, "healthy again, it gets work"
