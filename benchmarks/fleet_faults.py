@@ -32,7 +32,8 @@ RUNS = (
 def run_once(prefix: list[str], env: dict[str, str], target: str) -> list[dict]:
     command = [*prefix, "pytest", "-p", "no:cacheprovider", "-q", "-s", target]
     done = subprocess.run(command, cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True)
-    lines = [line.split(" ", 1)[1] for line in done.stdout.splitlines() if line.startswith("FAULT-FIGURES ")]
+    marker = "FAULT-FIGURES "  # pytest's progress dots may come first on the line
+    lines = [line.split(marker, 1)[1] for line in done.stdout.splitlines() if marker in line]
     if done.returncode != 0:
         print(done.stdout[-3000:], file=sys.stderr)
         raise SystemExit(f"{target} failed (exit {done.returncode}): the figures of a failed run are not figures")

@@ -178,7 +178,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     for record in records.values():
         print(f"  {record.name}: {record.address}, {record.capacity} at once, GPUs {record.gpus or 'none'}")
     for figures in folder.all_figures():
-        print(f"source {figures['source']} at {figures['address']}: {figures['waiting']} waiting")
+        line = f"source {figures['source']} at {figures['address']}: {figures['waiting']} waiting"
+        if figures.get("spreader_starts", 1) > 1:  # its relay started it again after a death
+            deaths = figures.get("failed_by_spreader_deaths", 0)
+            line += f"; spreader started {figures['spreader_starts']} times ({deaths} episodes failed by its deaths)"
+        print(line)
         for name, node in figures["nodes"].items():
             print(
                 f"  {name}: {node['state']}, {node['running']} running, {node['done']} done, {node['failed']} failed,"

@@ -10,6 +10,8 @@ import json
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -77,7 +79,10 @@ def test_a_killed_spreader_answers_its_episodes_and_comes_back_at_the_same_addre
         wait_for(lambda: len(_cancelled(folder, "n1")) + len(_cancelled(folder, "n2")) == 6, backstop(30),
                  "the abandoned runs cancelled on the nodes")  # fmt: skip
         spread_log = processes.log("spreader")
+        status = subprocess.run([sys.executable, "-m", "air.cli.main", "fleet", "status", str(folder.root)],
+                                capture_output=True, text=True, timeout=backstop(60)).stdout  # fmt: skip
     _figures("spreader killed", 6, replies, answered)
+    assert "spreader started 2 times (6 episodes failed by its deaths)" in status, status
     assert [reply["success"] for reply in replies] == [False] * 6
     assert all(reply["error"].startswith("the spreader died (signal SIGKILL)") for reply in replies), replies
     assert answered < 2.0, f"answered {answered:.2f} s after the kill"
