@@ -36,7 +36,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.fleet_client import Client, Episode, dist, nodes_up, pct, wave  # noqa: E402
+from benchmarks.fleet_client import Client, Episode, cpu_s, dist, nodes_up, pct, wave  # noqa: E402
 from benchmarks.fleet_scale import scale  # noqa: E402
 from rigs.fleet import (  # noqa: E402
     STUB,
@@ -77,14 +77,16 @@ async def spreading(args: argparse.Namespace) -> dict:
                 await wave(client, args.concurrent, args.concurrent, args.seconds)
             latencies: dict[str, list[float]] = {"direct": [], "spread": []}
             rounds: dict[str, list[float]] = {"direct": [], "spread": []}
-            relays = [psutil.Process(spreader.pid), psutil.Process(processes.started["n1"].pid)]  # the gate's
-            relay_cpu = [sum(relay.cpu_times()[:2]) for relay in relays]
+            # the relay with its spreader (its child), and the node's gate alone (not its env server)
+            relay, gate = psutil.Process(spreader.pid), psutil.Process(processes.started["n1"].pid)
+            measures = (lambda: cpu_s(relay), lambda: sum(gate.cpu_times()[:2]))
+            relay_cpu = [measure() for measure in measures]
             for index in range(args.rounds):
                 for mode in ("direct", "spread") if index % 2 == 0 else ("spread", "direct"):
                     done = await wave(clients[mode], args.episodes, args.concurrent, args.seconds)
                     latencies[mode] += [e.latency for e in done]
                     rounds[mode].append(round(pct([e.latency for e in done], 0.5) * 1000, 2))
-            cpu = [sum(relay.cpu_times()[:2]) - before for relay, before in zip(relays, relay_cpu, strict=True)]
+            cpu = [measure() - before for measure, before in zip(measures, relay_cpu, strict=True)]
         finally:
             for client in clients.values():
                 client.close()
