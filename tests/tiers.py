@@ -21,6 +21,11 @@ SLOW_TESTS: frozenset[str] = frozenset(
         "tests/env/test_time_limits.py::test_a_comment_does_not_buy_the_training_timeout",
         "tests/env/test_time_limits.py::test_the_rollout_time_limit_cuts_a_command_and_ends_the_episode",
         "tests/fleet/test_slurm_cluster.py",  # each test pays for a cluster's start and stop (5 s and more)
+        "tests/fleet/test_network_cut.py",  # each waits out a loss and a heal (6-27 s)
+        "tests/fleet/test_spreader_death.py",  # each waits for a death, a restart and the nodes' cancel
+        "tests/fleet/test_spreading.py::test_a_node_whose_env_server_stops_answering_is_sick_then_lost_and_back",
+        "tests/fleet/test_node_restart.py::test_a_step_killed_by_hand_under_slurm_restarts_without_its_orphan",
+        "tests/v1/test_v1_fleet_faults.py",  # laneMerge in containers, a second engine
         "tests/serving/test_policy_server.py::test_an_idle_connection_outlives_the_clients_pool_expiry",
         # The session's SmolLM2 (download and conversion, 25 s) is paid by whichever of these runs first.
         "tests/serving/test_smollm2_serving.py",  # the real model on the CPU: about 2 min

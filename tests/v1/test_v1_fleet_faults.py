@@ -16,93 +16,17 @@ import json
 import os
 import signal
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
 import pytest
 
-from air.serving.server import PolicyServer
-from rigs.fleet import (
-    Processes,
-    containers,
-    figures,
-    free_port,
-    make_folder,
-    node_command,
-    outcomes,
-    remove_private,
-    spread_command,
-    wait_for,
-)
+from rigs.fleet import containers, figures, outcomes, wait_for
 from rigs.patience import backstop
 from tests.second_engine import SecondEngine
 
-vf = pytest.importorskip("verifiers.v1")
-from verifiers.v1.configs.client import EvalClientConfig  # noqa: E402
-from verifiers.v1.serve import EnvClient  # noqa: E402
-from verifiers.v1.utils import loaders  # noqa: E402
-
-LOST_AFTER, PROBE = 4.0, 0.5
-BOUND = LOST_AFTER + 2 * PROBE
-POOL = 2
-
-
-@contextmanager
-def real_fleet(tmp_path: Path, image: str, nodes: dict[str, dict[str, str]], capacity: int) -> Iterator[tuple]:
-    """Nodes (name -> extra environment, e.g. another DOCKER_HOST), a spreader, and a play(coroutine) that runs
-    it with verifiers' EnvClient and a scripted policy; yields (folder, processes, run_id, play)."""
-    run_id = f"pytest-faults-{os.getpid()}-{tmp_path.name}"
-    taskset = {
-        "id": "air_mlgym", "task_configs": ["laneMerge"], "max_turns": 6, "image": image, "run_id": run_id,
-        "pool_size": POOL, "engine_wait": 20, "trajectory_dir": str(tmp_path / "trajectories"),
-    }  # fmt: skip
-    folder = make_folder(tmp_path / "fleet", {"taskset": taskset})
-    processes = Processes(tmp_path / "logs")
-    address = f"tcp://127.0.0.1:{free_port()}"
-    script = tmp_path / "script.json"
-    script.write_text(json.dumps(["sleep 5", "validate", "submit"]))
-    tasks = list(loaders.load_taskset(loaders.taskset_config_type("air_mlgym")(**taskset)))
-    try:
-        for name, env in nodes.items():
-            command = node_command(folder, name, "--capacity", str(capacity), stub=False)
-            processes.start(name, command, {"AIR_TEST_KEY": "x", **env})
-        fast = ("--lost-after", str(LOST_AFTER), "--probe-interval", str(PROBE))
-        processes.start("spreader", spread_command(folder, address, *fast))
-        wait_for(lambda: _all_up(folder, len(nodes)), backstop(180), "the nodes up")
-        with PolicyServer(f"script:{script}") as server:
-            client_config = EvalClientConfig(base_url=server.base_url, api_key_var="AIR_TEST_KEY")
-
-            def play(scenario):
-                async def with_client():
-                    client = EnvClient(address)
-
-                    async def episode(index: int):
-                        task_data = tasks[index % len(tasks)].data.model_dump(mode="json")
-                        return await client.run(client_config, "scripted", vf.SamplingConfig(), task_data)
-
-                    try:
-                        await client.wait_for_server_startup(timeout=60)
-                        return await scenario(episode)
-                    finally:
-                        await client.close()
-
-                return asyncio.run(with_client())
-
-            yield folder, processes, run_id, play
-    finally:
-        processes.stop_all()
-        remove_private(folder)
-
-
-def _all_up(folder, count: int) -> bool:
-    found = figures(folder).get("nodes", {})
-    return len(found) == count and all(node["state"] == "up" for node in found.values())
-
-
-def _nodes(folder) -> dict:
-    return figures(folder).get("nodes", {})
+pytest.importorskip("verifiers.v1")
+from tests.v1.real_fleet import BOUND, POOL, all_up, nodes, real_fleet  # noqa: E402
 
 
 def _sent(node: dict) -> int:
@@ -111,7 +35,7 @@ def _sent(node: dict) -> int:
 
 
 async def _running(folder, wanted: dict[str, int]) -> None:
-    while any(_nodes(folder).get(name, {}).get("running", 0) < count for name, count in wanted.items()):
+    while any(nodes(folder).get(name, {}).get("running", 0) < count for name, count in wanted.items()):
         await asyncio.sleep(0.1)
 
 
@@ -128,13 +52,13 @@ def test_a_node_whose_engine_died_gets_no_new_episode(
             running = [asyncio.create_task(episode(i)) for i in range(6)]  # two on each node, two waiting
             await _running(folder, {"n1": POOL, "n2": POOL})
             await asyncio.sleep(1.5)  # the agents in their `sleep 5`: nothing ends for a while
-            sent_before = _sent(_nodes(folder)["n2"])
+            sent_before = _sent(nodes(folder)["n2"])
             os.kill(int((second_engine.folder / "docker.pid").read_text()), signal.SIGKILL)  # the engine dies
             died = time.monotonic()
             return sent_before, await outcomes(running, died)
 
         sent_before, ended = play(scenario)
-        node = _nodes(folder)["n2"]
+        node = nodes(folder)["n2"]
     second_engine.stop()
     ran_on = [what.traces[0].info.get("env_node") for kind, what, _ in ended if kind == "ok" and what.traces]
     lost = [round(seconds, 2) for kind, what, seconds in ended if kind == "failed" or not what.ok]
@@ -169,7 +93,7 @@ def test_a_killed_spreaders_episodes_are_answered_and_its_containers_go(docker_i
             while (left := await asyncio.to_thread(running_containers)) > POOL:
                 await asyncio.sleep(0.25)
             back_to_pool = time.monotonic() - killed
-            wait_for(lambda: figures(folder).get("spreader_starts") == 2 and _all_up(folder, 1), backstop(60),
+            wait_for(lambda: figures(folder).get("spreader_starts") == 2 and all_up(folder, 1), backstop(60),
                      "the new spreader with n1 up")  # fmt: skip
             after = await episode(0)
             return warm, peak, ended, left, back_to_pool, after
