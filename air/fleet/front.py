@@ -174,6 +174,7 @@ class Front:
         return Worker(process=process, socket=socket)
 
     async def _end(self, worker: Worker, grace_s: float = 30.0) -> None:
+        self.worker = None  # what comes in meanwhile waits, and is answered "stopped" with the rest
         with contextlib.suppress(ProcessLookupError):
             worker.process.terminate()
         try:

@@ -161,3 +161,24 @@ def test_a_spreader_that_cannot_start_stops_the_relay_with_the_reason(tmp_path: 
         code = done.wait(backstop(30))
         log = processes.log("refused")
     assert code != 0 and "readable by others" in log and "chmod 600" in log
+
+
+def test_a_stopped_relay_answers_its_episodes_and_leaves_no_spreader(tmp_path: Path) -> None:
+    with fleet(tmp_path, 1, capacity=4, spread_args=FAST) as (folder, processes, address):
+        relay = processes.started["spreader"]
+        spreader = _spreader_of(relay.pid)
+
+        async def play() -> list[dict]:
+            client = WireClient(address)
+            try:
+                running = await _in_flight(client, folder, 3, 60.0)
+                relay.send_signal(signal.SIGTERM)  # as Slurm ends the step, or Ctrl-C
+                return await asyncio.wait_for(asyncio.gather(*running), backstop(30))
+            finally:
+                await client.close()
+
+        replies = asyncio.run(play())
+        code = relay.wait(backstop(30))
+    assert code == 0
+    assert all(not reply["success"] and "the spreader stopped" in reply["error"] for reply in replies), replies
+    assert not spreader.is_running() or spreader.status() == psutil.STATUS_ZOMBIE
