@@ -17,7 +17,9 @@ from pathlib import Path
 
 import psutil
 
-from rigs.fleet import WireClient, figures, fleet, free_port, spread_command, wait_for
+from air.fleet import front
+from air.fleet.settings import SpreadSettings
+from rigs.fleet import WireClient, figures, fleet, free_port, make_folder, spread_command, wait_for
 from rigs.patience import backstop
 
 LOST_AFTER, PROBE = 2.0, 0.25
@@ -182,3 +184,12 @@ def test_a_stopped_relay_answers_its_episodes_and_leaves_no_spreader(tmp_path: P
     assert code == 0
     assert all(not reply["success"] and "the spreader stopped" in reply["error"] for reply in replies), replies
     assert not spreader.is_running() or spreader.status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_spreader_that_dies_at_every_start_stops_its_relay(tmp_path: Path, monkeypatch, caplog) -> None:
+    monkeypatch.setattr(front, "WORKER_MODULE", "air.fleet.no_such_module")  # python -m exits 1 at once
+    relay = front.Front(make_folder(tmp_path / "fleet"), f"tcp://127.0.0.1:{free_port()}", "train", SpreadSettings())
+    with caplog.at_level("ERROR", logger="air.fleet.front"):
+        code = asyncio.run(asyncio.wait_for(relay.run(), backstop(60)))
+    assert code == 1 and relay.starts == front.QUICK_DEATHS
+    assert f"the spreader died {front.QUICK_DEATHS} times within 10 s of starting: not again" in caplog.text
