@@ -223,14 +223,13 @@ class Front:
 
     async def _ping(self, worker: Worker) -> None:
         """A spreader that stops answering (frozen, its loop stuck) is ended like a dead one."""
-        limit, interval = self.settings.lost_after_s, self.settings.probe_interval_s
         while True:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(self.settings.probe_interval_s)
             self._forget_old_polls()
             worker.unanswered += 1
             await worker.socket.send_multipart([PING_ID + str(next(self._ids)).encode(), wire.PING, b""])
             silent = time.monotonic() - worker.last_pong
-            if silent > limit and worker.unanswered >= max(2, int(limit / interval)):
+            if self.settings.silent_too_long(silent, worker.unanswered):
                 log.error("the spreader has not answered for %.1f s: ending it", silent)
                 with contextlib.suppress(ProcessLookupError):
                     worker.process.kill()

@@ -30,6 +30,11 @@ class SpreadSettings(BaseModel):
         30.0, gt=0, description="how often a line per node goes to the log", json_schema_extra={"cli": False}
     )
 
+    def silent_too_long(self, silent_s: float, unanswered: int) -> bool:
+        """Lost to silence: ``lost_after_s`` without an answer and that many probes unanswered (at least two),
+        so a prober that was itself descheduled for a while loses nobody on that account alone."""
+        return silent_s > self.lost_after_s and unanswered >= max(2, int(self.lost_after_s / self.probe_interval_s))
+
     @model_validator(mode="after")
     def _probe_faster_than_loss(self) -> SpreadSettings:
         if self.lost_after_s < 2 * self.probe_interval_s:

@@ -161,12 +161,10 @@ class Spreader:
             await asyncio.sleep(self.settings.probe_interval_s)
 
     def _trouble(self, link: Link, now: float) -> str:
-        """Why the node counts as lost, or "". Silence is timed and counted: ``lost_after_s`` without an answer
-        and that many probes unanswered, so a spreader (or gate) that was itself descheduled for a while loses
-        nobody on that account alone."""
+        """Why the node counts as lost, or "": silence timed and counted (SpreadSettings.silent_too_long), or
+        its gate saying its engine or env server has been silent that long."""
         limit, status = self.settings.lost_after_s, link.status
-        probes = max(2, int(limit / self.settings.probe_interval_s))
-        if now - link.last_answer > limit and link.unanswered >= probes:
+        if self.settings.silent_too_long(now - link.last_answer, link.unanswered):
             return f"no answer for {now - link.last_answer:.1f} s"
         if status.get("engine_silent_s", 0) > limit and status.get("engine_failed_checks", 0) >= 2:
             return f"its Docker engine has not answered for {status['engine_silent_s']:.1f} s"
