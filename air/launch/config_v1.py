@@ -104,9 +104,19 @@ def plugin_args(taskset: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in taskset.items() if key not in BASE_TASKSET_KEYS}
 
 
+def _null_strings(value: Any) -> Any:
+    """TOML has no null: prime-rl's config loader reads the string "None" as one (``compile = "None"``)."""
+    if isinstance(value, dict):
+        return {key: _null_strings(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_null_strings(item) for item in value]
+    return None if value == "None" else value
+
+
 def schema_view(data: dict[str, Any]) -> dict[str, Any]:
-    """The config with what the static schema cannot know taken out: tasksets' own keys and the seats."""
-    view = copy.deepcopy(data)
+    """The config with what the static schema cannot know taken out (tasksets' own keys and the seats), and
+    "None" read as prime-rl reads it."""
+    view = _null_strings(copy.deepcopy(data))
     for _, _, source in sources(view):
         env = source.get("env")
         if not isinstance(env, dict):

@@ -19,7 +19,7 @@ from air.launch.config_schema import SCHEMA_PATH
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG_DIR = ROOT / "configs" / "mlgym"
 SHIPPED = sorted(CONFIG_DIR.glob("*.toml"))
-RL_FILES = ["rl.toml", "rl_debug.toml", "rl_full.toml", "rl_2gpu.toml"]
+RL_FILES = ["rl.toml", "rl_debug.toml", "rl_full.toml", "rl_2gpu.toml", "rl_cpu.toml"]
 SPLIT = {"orch.toml": "OrchestratorConfig", "train.toml": "RLTrainerConfig", "infer.toml": "InferenceConfig"}
 REFERENCE_SCHEMA = ROOT.parent / "shared" / "prime-rl" / "rlconfig-c87c19b.schema.json"
 FOUR_TASKS = ["titanic", "prisonersDilemma", "imageClassificationFMnist", "regressionKaggleHousePrice"]

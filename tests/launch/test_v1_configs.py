@@ -23,7 +23,7 @@ from rigs.patience import backstop
 ROOT = Path(__file__).resolve().parents[2]
 V1_DIR = ROOT / "configs" / "mlgym-v1"
 CLASSIC_DIR = ROOT / "configs" / "mlgym"
-V1_FILES = ["rl.toml", "rl_debug.toml", "rl_2gpu.toml"]
+V1_FILES = ["rl.toml", "rl_debug.toml", "rl_2gpu.toml", "rl_cpu.toml"]
 SERVER = V1_DIR / "env-servers" / "lane_merge.toml"
 
 
