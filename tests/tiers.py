@@ -12,6 +12,8 @@ SLOW_TESTS: frozenset[str] = frozenset(
         "tests/fleet/test_spreading.py::test_a_killed_node_started_again_joins_as_a_new_one",
         "tests/v1/test_v1_fleet.py::test_a_node_lost_with_its_engine_costs_only_its_own_episodes",
         "tests/v1/test_v1_fleet_slurm.py::test_env_nodes_as_slurm_steps_lose_and_regain_a_node",
+        "tests/rehearsal/test_rl_cpu_e2e.py::test_rl_on_the_cpu_against_559b447",
+        "tests/rehearsal/test_rl_cpu_e2e.py::test_rl_on_the_cpu_against_c87c19b",
         "tests/fleet/test_gate_security.py::test_only_the_runs_key_gets_past_a_nodes_gate",
         "tests/env/test_host_logging.py::test_a_real_classic_vf_eval_run_logs_the_quota_warning_in_its_eval_log",
         "tests/env/test_mlgym_env.py::test_a_killed_container_masks_only_its_rollout",

@@ -43,8 +43,10 @@ def patch_launcher(process_module) -> None:
     def physical_gpu_ids() -> list[int]:
         if os.environ.get("CUDA_VISIBLE_DEVICES") is not None or not _no_gpu():
             return find_gpus()
-        print(f"[air_prime_rl.cpu_rl] no GPU here: [deployment] counts are CPU process slots 0-{SLOTS - 1}",
-              file=sys.stderr)
+        print(
+            f"[air_prime_rl.cpu_rl] no GPU here: [deployment] counts are CPU process slots 0-{SLOTS - 1}",
+            file=sys.stderr,
+        )
         return list(range(SLOTS))
 
     process_module.get_physical_gpu_ids = physical_gpu_ids

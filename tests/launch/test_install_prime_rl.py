@@ -143,7 +143,8 @@ def test_orchestrator_only_options_and_a_checkout_without_a_lock_file(fake_prime
 
     assert "unknown option --orchestrator" in run("--orchestrator").stderr
     assert "one DIR at most" in run("a", "b").stderr
-    assert "[--orchestrator-only | --cpu-trainer | --cpu] [--commit REF] [--archives VENDOR] [DIR]" in run("--help").stdout
+    usage = "[--orchestrator-only | --cpu-trainer | --cpu] [--commit REF] [--archives VENDOR] [DIR]"
+    assert usage in run("--help").stdout
     assert "--commit needs a REF" in run("--commit").stderr
     target = tmp_path / "cpu"
     done = run("--orchestrator-only", str(target))
