@@ -31,12 +31,12 @@ unpack_archive() { # NAME REV DEST
 if [[ -e "$DIR" ]]; then
     [[ -f "$DIR/.air-archive" ]] || die "$DIR exists and was not made from an archive; remove it or pass another DIR"
     made_from=$(cat "$DIR/.air-archive")
-    [[ "$made_from" == "$short" ]] || die "$DIR was made from prime-rl $made_from, not $short; remove it or pass another DIR"
+    [[ "${made_from:0:7}" == "$short" ]] || die "$DIR was made from prime-rl $made_from, not $short; remove it or pass another DIR"
     echo "    $DIR was made from $archive before: kept"
 else
     say "unpacking $archive into $DIR"
     unpack_archive prime-rl "$short" "$DIR"
-    echo "$short" >"$DIR/.air-archive"
+    echo "$COMMIT" >"$DIR/.air-archive" # the commit as asked (air reads it where there is no git)
 fi
 head=$COMMIT target=$COMMIT
 

@@ -80,7 +80,7 @@ def check_endpoint(ctx: PreflightContext) -> Iterator[CheckRow]:
 def check_prime_rl(ctx: PreflightContext) -> Iterator[CheckRow]:
     from packaging.specifiers import SpecifierSet
 
-    from air.launch.prime_rl import find_prime_rl
+    from air.launch.prime_rl import find_prime_rl, same_commit
 
     install = find_prime_rl(ctx.options.prime_rl_dir)
     if install is None:
@@ -98,7 +98,7 @@ def check_prime_rl(ctx: PreflightContext) -> Iterator[CheckRow]:
     generation, commit = install.generation(), install.commit()
     yield from _generation_rows(ctx, install.root, generation)
     if generation == "v1":
-        if commit is not None and commit.startswith(V1_COMMIT):
+        if same_commit(commit, V1_COMMIT):
             yield CheckRow("prime-rl", "pass", f"{install.root} at {V1_COMMIT}, v1 (from {install.source})")
         else:
             yield CheckRow(

@@ -17,6 +17,15 @@ from pathlib import Path
 from air.launch.config_files import PRIME_RL_COMMIT
 
 DEFAULT_DIR = Path("~/prime-rl")
+ARCHIVE_MARKER = ".air-archive"  # written by scripts/install_from_archives.sh: the commit the tree came from
+
+
+def same_commit(found: str | None, pin: str) -> bool:
+    """``found`` names the commit ``pin`` does: either is a prefix of the other, at least 7 hex digits long
+    (an archive records the commit as it was asked for, which may be shorter than the pin)."""
+    if not found or len(found) < 7:
+        return False
+    return found.startswith(pin) or pin.startswith(found)
 
 
 @dataclass(frozen=True)
@@ -29,7 +38,10 @@ class PrimeRlInstall:
         return self.root / ".venv" / "bin" / "python"
 
     def commit(self) -> str | None:
-        """The checkout's HEAD commit, or None when it is not a git checkout."""
+        """The checkout's HEAD commit; for a tree unpacked from a source archive (``install_prime_rl.sh
+        --archives``) the commit it recorded; None when neither is there."""
+        if not (self.root / ".git").exists() and (self.root / ARCHIVE_MARKER).is_file():
+            return (self.root / ARCHIVE_MARKER).read_text().strip() or None
         try:
             out = subprocess.run(
                 ["git", "-C", str(self.root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
@@ -43,8 +55,7 @@ class PrimeRlInstall:
         return "v1" if (self.root / "src" / "prime_rl" / "entrypoints" / "env_server.py").exists() else "classic"
 
     def at_pinned_commit(self) -> bool:
-        commit = self.commit()
-        return commit is not None and commit.startswith(PRIME_RL_COMMIT)
+        return same_commit(self.commit(), PRIME_RL_COMMIT)
 
     def probe_venv(self, timeout: float = 30.0) -> dict[str, str | bool | None] | str:
         """What prime-rl's venv can import: versions of prime_rl's deps we rely on, or an error text."""

@@ -11,7 +11,7 @@ from typing import Any
 
 from air.launch.config_files import PRIME_RL_COMMIT
 from air.launch.config_v1 import V1_COMMIT
-from air.launch.prime_rl import find_prime_rl
+from air.launch.prime_rl import find_prime_rl, same_commit
 from air.rehearsal.errors import RehearsalError
 
 INSTALLS = {
@@ -63,7 +63,7 @@ def find_orchestrator_python(
             f"classic generation ({commit[:12] if commit else 'no git commit'}); "
             f"run {hint.replace('[DIR]', '<another dir>')}, or rehearse the twin config in configs/mlgym/"
         )
-    if generation == "classic" and (commit is None or not commit.startswith(PRIME_RL_COMMIT)):
+    if generation == "classic" and not same_commit(commit, PRIME_RL_COMMIT):
         at = commit[:12] if commit else "no git commit"
         newer = " (today's prime-rl: rehearse a config from configs/mlgym-v1/)" if install.generation() == "v1" else ""
         raise RehearsalError(

@@ -12,11 +12,14 @@ step's broadcast is loaded by that route; nothing of the run is left running.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import signal
 import subprocess
+import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -29,6 +32,19 @@ from tests.opt_in import prime_rl_checkout, prime_rl_v1_checkout
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 3
+# prime-rl's launchers take fixed ports (vLLM on 8000, env servers from 5000, the rollout transport's 5555):
+# one rl run at a time on this host, whichever worker or suite asks (a lock file, not an xdist group).
+HOST_LOCK = Path(tempfile.gettempdir()) / "air-test-prime-rl-rl.lock"
+
+
+@contextmanager
+def one_rl_at_a_time():
+    with open(HOST_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def cpu_install(checkout: Path | None, fix: str) -> Path:
@@ -72,7 +88,7 @@ def run_rl(checkout: Path, config: Path, model: Path, out: Path, generation: str
     if generation == "classic":  # its config has no env_vars for inference; the README's command sets it too
         env["VLLM_CPU_KVCACHE_SPACE"] = "2"
     log = out.parent / "rl.log"
-    with open(log, "w") as output:
+    with one_rl_at_a_time(), open(log, "w") as output:
         proc = subprocess.Popen(
             ["uv", "run", "rl", "@", str(config), *overrides],
             cwd=checkout,
@@ -87,16 +103,16 @@ def run_rl(checkout: Path, config: Path, model: Path, out: Path, generation: str
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             code = -9
-    # What rl stopped on its way out may take a few seconds to end (vLLM's engine): a leftover is what is
-    # still there after that grace.
-    deadline = time.monotonic() + backstop(10)
-    while (left := _left_in_session(proc.pid)) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    for pid in left:  # a test leaves nothing behind, whatever it asserts below
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        # What rl stopped on its way out may take a few seconds to end (vLLM's engine): a leftover is what is
+        # still there after that grace.
+        deadline = time.monotonic() + backstop(10)
+        while (left := _left_in_session(proc.pid)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        for pid in left:  # a test leaves nothing behind, whatever it asserts below
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
     return code, log.read_text(errors="replace"), [f"{pid} {name}" for pid, name in left.items()]
 
 

