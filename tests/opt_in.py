@@ -12,6 +12,10 @@ MLGYM_CHECKOUT = os.environ.get("AIR_TEST_MLGYM_ROOT") or os.environ.get("MLGYM_
 PRIME_RL_CHECKOUT = os.environ.get("AIR_TEST_PRIME_RL_DIR") or os.environ.get("PRIME_RL_DIR") or ""
 # Today's prime-rl (v1), installed by `install_prime_rl.sh --orchestrator-only --commit 559b447 DIR`.
 PRIME_RL_V1_CHECKOUT = os.environ.get("AIR_TEST_PRIME_RL_V1_DIR") or ""
+# Both pins installed with `install_prime_rl.sh --cpu` (vLLM's CPU build): prime-rl's own `rl` end to end
+# (tests/rehearsal/test_rl_cpu_e2e.py). Their own variables: CI sets these, not the rehearsals' yet.
+PRIME_RL_CPU_CHECKOUT = os.environ.get("AIR_TEST_PRIME_RL_CPU_DIR") or ""
+PRIME_RL_V1_CPU_CHECKOUT = os.environ.get("AIR_TEST_PRIME_RL_V1_CPU_DIR") or ""
 
 
 def mlgym_checkout() -> Path | None:
@@ -32,3 +36,10 @@ def prime_rl_v1_checkout() -> Path | None:
     if root is None or not (root / "src" / "prime_rl" / "entrypoints" / "env_server.py").is_file():
         return None
     return root if (root / ".venv-orchestrator" / "bin" / "python").is_file() else None
+
+
+def prime_rl_cpu_checkout(generation: str) -> Path | None:
+    """A checkout installed with ``--cpu`` for ``generation`` ("classic" or "v1"), or None."""
+    text = PRIME_RL_CPU_CHECKOUT if generation == "classic" else PRIME_RL_V1_CPU_CHECKOUT
+    root = Path(text).expanduser() if text else None
+    return root if root is not None and (root / "src" / "prime_rl").is_dir() else None

