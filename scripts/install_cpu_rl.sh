@@ -76,7 +76,7 @@ Done. prime-rl (at ${head:0:12}, $GENERATION) runs whole from $VENV on the CPU: 
 and trainer. Train SmolLM2-135M-Instruct on a built-in task in containers (docker and the sandbox image:
 bash $AIR_DIR/scripts/setup.sh):
 
-  air smollm2                     # the model folder, ~/.cache/air/smollm2-135m-instruct
+  uv run --project $AIR_DIR --extra tiny air smollm2   # the model folder, ~/.cache/air/smollm2-135m-instruct
   cd $DIR && UV_PROJECT_ENVIRONMENT=$VENV UV_NO_SYNC=1 ${KV_CACHE}\\
       uv run rl @ $AIR_DIR/$CONFIGS/rl_cpu.toml --model.name ~/.cache/air/smollm2-135m-instruct${TOKENIZER}
 (UV_PROJECT_ENVIRONMENT and UV_NO_SYNC: uv runs this venv as it is, for rl and what rl starts with uv run.)
