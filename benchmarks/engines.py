@@ -22,7 +22,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -36,14 +35,9 @@ from openai import AsyncOpenAI  # noqa: E402
 
 from air.serving.smollm2 import prepare_smollm2  # noqa: E402
 from benchmarks.serving import TASK, round_of, system_prompt  # noqa: E402
+from rigs.prime_rl_inference import free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def command(engine: str, model: Path, port: int, prime_rl: Path) -> tuple[list[str], dict[str, str]]:
