@@ -21,8 +21,6 @@ import argparse
 import asyncio
 import json
 import os
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -35,7 +33,7 @@ from openai import AsyncOpenAI  # noqa: E402
 
 from air.serving.smollm2 import prepare_smollm2  # noqa: E402
 from benchmarks.serving import TASK, round_of, system_prompt  # noqa: E402
-from rigs.prime_rl_inference import free_port  # noqa: E402
+from rigs.prime_rl_inference import free_port, server_process  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -61,41 +59,23 @@ def tree_rss(pid: int) -> int:
 async def one_engine(engine: str, model: Path, args: argparse.Namespace, log: Path) -> dict:
     port = free_port()
     argv, env = command(engine, model, port, Path(args.prime_rl).expanduser())
-    started = time.perf_counter()
-    with open(log, "w") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
+    started = time.perf_counter()
     try:
-        while True:
-            if proc.poll() is not None:
-                raise SystemExit(f"{engine} exited with {proc.returncode}: see {log}")
+        with server_process(argv, env, log, f"{base}/v1/models", startup_s=1800) as proc:
+            startup = time.perf_counter() - started
+            name = httpx.get(f"{base}/v1/models", timeout=30).json()["data"][0]["id"]
+            messages = [{"role": "system", "content": system_prompt()}, {"role": "user", "content": TASK}]
+            client = AsyncOpenAI(base_url=f"{base}/v1", api_key="x", timeout=1800)
             try:
-                models = httpx.get(f"{base}/v1/models", timeout=5)
-                if models.status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.perf_counter() - started > 1800:
-                raise SystemExit(f"{engine} did not answer in 30 min: see {log}")
-            await asyncio.sleep(1)
-        startup = time.perf_counter() - started
-        name = models.json()["data"][0]["id"]
-        messages = [{"role": "system", "content": system_prompt()}, {"role": "user", "content": TASK}]
-        client = AsyncOpenAI(base_url=f"{base}/v1", api_key="x", timeout=1800)
-        try:
-            await round_of(client, name, 1, 4, messages)  # warm-up
-            rounds = [await round_of(client, name, c, args.tokens, messages) for c in args.concurrency]
-        finally:
-            await client.close()
-        return {"engine": engine, "startup_s": round(startup, 1), "rss_mib": round(tree_rss(proc.pid) / 2**20),
-                "rounds": rounds}  # fmt: skip
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+                await round_of(client, name, 1, 4, messages)  # warm-up
+                rounds = [await round_of(client, name, c, args.tokens, messages) for c in args.concurrency]
+            finally:
+                await client.close()
+            rss = tree_rss(proc.pid)
+    except (RuntimeError, TimeoutError) as exc:
+        raise SystemExit(f"{engine}: {exc}") from None
+    return {"engine": engine, "startup_s": round(startup, 1), "rss_mib": round(rss / 2**20), "rounds": rounds}
 
 
 def main() -> int:

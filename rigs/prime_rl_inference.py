@@ -31,34 +31,25 @@ def free_port() -> int:
 
 
 @contextmanager
-def inference_server(venv: Path, inference_json: Path, log: Path, *, startup_s: float = 900.0):
-    """prime-rl's ``inference @ inference_json`` on a free port, in its own session; yields its base URL and
-    ends the whole session (vLLM's engine processes too) on the way out."""
-    port = free_port()
-    env = {**os.environ, "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
+def server_process(argv: list[str], env: dict[str, str], log: Path, ready_url: str, *, startup_s: float):
+    """``argv`` in a session of its own, its output in ``log``; yields its Popen once ``GET ready_url``
+    answers 200, and ends the whole session (a server's engine processes too) on the way out."""
     with open(log, "w") as out:
-        proc = subprocess.Popen(
-            [str(venv / "bin" / "inference"), "@", str(inference_json), "--server.port", str(port)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
-    base = f"http://127.0.0.1:{port}"
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
         deadline = time.monotonic() + startup_s
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"inference exited with {proc.returncode} before serving: see {log}")
+                raise RuntimeError(f"{argv[0]} exited with {proc.returncode} before serving: see {log}")
             try:
-                if httpx.get(f"{base}/health", timeout=5).status_code == 200:
+                if httpx.get(ready_url, timeout=5).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
             if time.monotonic() > deadline:
-                raise TimeoutError(f"inference did not serve within {startup_s:.0f} s: see {log}")
-            time.sleep(2)
-        yield base
+                raise TimeoutError(f"{argv[0]} did not serve within {startup_s:.0f} s: see {log}")
+            time.sleep(1)
+        yield proc
     finally:
         try:
             os.killpg(proc.pid, signal.SIGTERM)
@@ -69,6 +60,17 @@ def inference_server(venv: Path, inference_json: Path, log: Path, *, startup_s: 
             except ProcessLookupError:
                 pass
             proc.wait()
+
+
+@contextmanager
+def inference_server(venv: Path, inference_json: Path, log: Path, *, startup_s: float = 900.0):
+    """prime-rl's ``inference @ inference_json`` on a free port (server_process); yields its base URL."""
+    port = free_port()
+    env = {**os.environ, "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
+    argv = [str(venv / "bin" / "inference"), "@", str(inference_json), "--server.port", str(port)]
+    base = f"http://127.0.0.1:{port}"
+    with server_process(argv, env, log, f"{base}/health", startup_s=startup_s):
+        yield base
 
 
 def served_model(base: str) -> str:
