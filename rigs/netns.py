@@ -14,7 +14,6 @@ rules in the namespace touch nothing of the host's and go with it."""
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import ipaddress
 import itertools
 import json
@@ -29,6 +28,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from rigs.host_lock import host_lock
 from rigs.patience import backstop
 
 COMMANDS = ("ip", "nft")
@@ -144,16 +144,6 @@ def _free_subnet(taken: list[ipaddress.IPv4Network]) -> ipaddress.IPv4Network:
     raise NetnsError(f"no free /30 in {POOL}: the host routes all of it; free a part or change rigs/netns.py's POOL")
 
 
-@contextmanager
-def _host_lock() -> Iterator[None]:
-    with open(LOCK, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def _make(made: list[Net]) -> Net:
     """One namespace with its veth pair and addresses, appended to ``made`` as soon as there is anything to
     remove (so a failure half-way is cleaned up too)."""
@@ -168,7 +158,7 @@ def _make(made: list[Net]) -> Net:
     partial = Net(ns=ns, host_end=host_end, host_address="", address="")
     made.append(partial)
     _ip("link", "add", host_end, "type", "veth", "peer", "name", INSIDE, "netns", ns)
-    with _host_lock():
+    with host_lock(LOCK):
         subnet = _free_subnet(_taken())
         host_address, address = (str(host) for host in subnet.hosts())
         _ip("addr", "add", f"{host_address}/30", "dev", host_end)

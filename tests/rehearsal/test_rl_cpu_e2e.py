@@ -12,19 +12,18 @@ step's broadcast is loaded by that route; nothing of the run is left running.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import signal
 import subprocess
 import tempfile
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
 import pytest
 
+from rigs.host_lock import host_lock
 from rigs.patience import backstop
 from rigs.prime_rl_inference import inference_server, load_weights, sample_logprob
 from tests.conftest import unavailable
@@ -35,16 +34,6 @@ STEPS = 3
 # prime-rl's launchers take fixed ports (vLLM on 8000, env servers from 5000, the rollout transport's 5555):
 # one rl run at a time on this host, whichever worker or suite asks (a lock file, not an xdist group).
 HOST_LOCK = Path(tempfile.gettempdir()) / "air-test-prime-rl-rl.lock"
-
-
-@contextmanager
-def one_rl_at_a_time():
-    with open(HOST_LOCK, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def cpu_install(checkout: Path | None, fix: str) -> Path:
@@ -88,7 +77,7 @@ def run_rl(checkout: Path, config: Path, model: Path, out: Path, generation: str
     if generation == "classic":  # its config has no env_vars for inference; the README's command sets it too
         env["VLLM_CPU_KVCACHE_SPACE"] = "2"
     log = out.parent / "rl.log"
-    with one_rl_at_a_time(), open(log, "w") as output:
+    with host_lock(HOST_LOCK), open(log, "w") as output:
         proc = subprocess.Popen(
             ["uv", "run", "rl", "@", str(config), *overrides],
             cwd=checkout,
