@@ -107,6 +107,9 @@ def _fast_tier(config: pytest.Config) -> bool:
     return not (config.getoption("--all") or config.getoption("-m") or named)
 
 
+# tryfirst: xdist's worker reads xdist_group marks in its own modifyitems hook; the marks added here must be
+# there before it does, or the groups are silently ignored.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         _tier_markers(item)

@@ -119,7 +119,7 @@ async def test_replaying_our_trajectory_reproduces_its_scores(tmp_path, docker_i
     await run_group(env, ScriptPolicy(["validate", BETTER_STRATEGY, "validate", "submit"]), "laneMerge")
     (recorded,) = iter_trajectory_paths(tmp_path / "rec")
     comparison = await replay_trajectory(recorded, save_dir=tmp_path / "replay")
-    assert comparison["reproduced"], comparison
+    assert comparison["reproduced"], _why_not_reproduced(comparison, recorded)
     assert len(comparison["recorded"]) == 3 and comparison["recorded"][0] < comparison["recorded"][1]
     assert comparison["replayed"] == pytest.approx(comparison["recorded"], abs=1e-9)
     assert load_trajectory(comparison["replay_trajectory"]).turns[1].command == BETTER_STRATEGY
@@ -172,3 +172,13 @@ async def test_replaying_an_mlgym_run_on_its_task_root(tmp_path, docker_image, m
 def test_replay_of_a_missing_file_is_a_clean_error(tmp_path, capsys):
     assert main(["replay", str(tmp_path / "nope.json")]) == 1
     assert "nope.json" in capsys.readouterr().err
+
+
+def _why_not_reproduced(comparison: dict, recorded: Path) -> str:
+    """Both runs' scores and every evaluation that did not score ok (the dict alone is cut short in a report)."""
+    lines = [f"recorded {comparison['recorded']} replayed {comparison['replayed']} matches {comparison['matches']}"]
+    for label, path in (("recording", recorded), ("replay", comparison["replay_trajectory"])):
+        for turn in load_trajectory(path).turns:
+            if turn.evaluation is not None and turn.evaluation.status != "ok":
+                lines.append(f"{label} turn {turn.index}: {turn.evaluation.status}: {turn.evaluation.error}")
+    return "\n".join(lines + [f"notes: {comparison['notes']}"])
