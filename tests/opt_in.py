@@ -13,9 +13,14 @@ PRIME_RL_CHECKOUT = os.environ.get("AIR_TEST_PRIME_RL_DIR") or os.environ.get("P
 # Today's prime-rl (v1), installed by `install_prime_rl.sh --orchestrator-only --commit 559b447 DIR`.
 PRIME_RL_V1_CHECKOUT = os.environ.get("AIR_TEST_PRIME_RL_V1_DIR") or ""
 # Both pins installed with `install_prime_rl.sh --cpu` (vLLM's CPU build): prime-rl's own `rl` end to end
-# (tests/rehearsal/test_rl_cpu_e2e.py). Their own variables: CI sets these, not the rehearsals' yet.
+# (tests/rehearsal/test_rl_cpu_e2e.py). CI sets these and the two above to the same two installs.
 PRIME_RL_CPU_CHECKOUT = os.environ.get("AIR_TEST_PRIME_RL_CPU_DIR") or ""
 PRIME_RL_V1_CPU_CHECKOUT = os.environ.get("AIR_TEST_PRIME_RL_V1_CPU_DIR") or ""
+# The rehearsals with SmolLM2 and prime-rl's trainer (5-10 minutes a pin here): asked for by name, CI leaves them.
+SMOLLM2_REHEARSALS = bool(os.environ.get("AIR_TEST_SMOLLM2_REHEARSALS"))
+
+# The memory-heavy prime-rl runs share one xdist worker, one at a time (their trainers and vLLM take 2-9 GiB).
+PRIME_RL_RUNS = "prime_rl_runs"
 
 
 def mlgym_checkout() -> Path | None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from rigs.patience import backstop
+from tests.conftest import unavailable
 from tests.opt_in import prime_rl_v1_checkout
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,8 +22,8 @@ V1_DIR = ROOT / "configs" / "mlgym-v1"
 def python() -> Path:
     checkout = prime_rl_v1_checkout()
     if checkout is None:
-        pytest.skip("no v1 prime-rl checkout: set AIR_TEST_PRIME_RL_V1_DIR (install_prime_rl.sh --orchestrator-only "
-                    "--commit 559b447 DIR)")  # fmt: skip
+        unavailable("the v1 checkout's checks", "no v1 prime-rl checkout: set AIR_TEST_PRIME_RL_V1_DIR "
+                    "(install_prime_rl.sh --orchestrator-only --commit 559b447 DIR)")  # fmt: skip
     return checkout / ".venv-orchestrator" / "bin" / "python"
 
 

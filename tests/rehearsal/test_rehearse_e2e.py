@@ -15,6 +15,7 @@ import pytest
 from air.cli.main import main
 from air.env.trajectory_reader import iter_trajectory_paths
 from air.rehearsal.classic.batches import read_batch, split_rollouts
+from tests.conftest import unavailable
 from tests.opt_in import prime_rl_checkout
 
 CONFIG = """
@@ -59,7 +60,10 @@ project = "never-contacted"
 def checkout() -> Path:
     found = prime_rl_checkout()
     if found is None:
-        pytest.skip("no prime-rl checkout: set AIR_TEST_PRIME_RL_DIR (install_prime_rl.sh --orchestrator-only)")
+        unavailable(
+            "the rehearsal against c87c19b",
+            "no prime-rl checkout: set AIR_TEST_PRIME_RL_DIR (install_prime_rl.sh --orchestrator-only)",
+        )
     return found
 
 

@@ -21,6 +21,7 @@ from air.fleet.probe import answers
 from air.rehearsal.launch import entry_env
 from rigs.fleet import containers, figures, make_folder, remove_private, wait_for
 from rigs.patience import backstop
+from tests.conftest import unavailable
 from tests.fleet.conftest import new_slurm_cluster  # noqa: F401 (a fixture)
 from tests.opt_in import prime_rl_v1_checkout
 from tests.rehearsal.test_rehearse_v1_e2e import CONFIG, SOURCE
@@ -68,7 +69,10 @@ def test_rehearse_over_two_slurm_env_nodes_survives_losing_one(
 ) -> None:
     checkout = prime_rl_v1_checkout()
     if checkout is None:
-        pytest.skip("no v1 prime-rl: set AIR_TEST_PRIME_RL_V1_DIR (install_prime_rl.sh --orchestrator-only --commit)")
+        unavailable(
+            "the fleet rehearsal",
+            "no v1 prime-rl: set AIR_TEST_PRIME_RL_V1_DIR (install_prime_rl.sh --orchestrator-only --commit)",
+        )
     cluster = new_slurm_cluster(nodes=2, images=(docker_image,))
     run_id = f"fleete2e-{os.getpid()}"
     config = tmp_path / "rl.toml"

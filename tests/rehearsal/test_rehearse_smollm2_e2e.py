@@ -1,6 +1,7 @@
 """Opt-in: ``air rehearse --trainer --policy smollm2``: a real model samples the rollouts, prime-rl's own
 trainer (LoRA, CPU) learns from them, and the server serves its adapters, for both generations (as
-test_rehearse_trainer_e2e.py: AIR_TEST_PRIME_RL_DIR, AIR_TEST_PRIME_RL_V1_DIR with --cpu-trainer installs).
+test_rehearse_trainer_e2e.py: AIR_TEST_PRIME_RL_DIR, AIR_TEST_PRIME_RL_V1_DIR with --cpu-trainer installs), asked for
+by AIR_TEST_SMOLLM2_REHEARSALS=1 (CI leaves them: SmolLM2 through prime-rl's own `rl` is test_rl_cpu_e2e.py's).
 
 The shipped ``rl_2gpu.toml`` with replies of at most 24 tokens and 2 turns (CPU time), the test image. Checked
 as for the tiny model where a step had a gradient (a real model's group may score alike: no gradient, loss
@@ -19,8 +20,13 @@ from pathlib import Path
 import pytest
 
 from air.cli.main import main
-from tests.opt_in import prime_rl_checkout, prime_rl_v1_checkout
+from tests.opt_in import PRIME_RL_RUNS, SMOLLM2_REHEARSALS, prime_rl_checkout, prime_rl_v1_checkout
 from tests.rehearsal.test_rehearse_trainer_e2e import trainer_ready, with_image
+
+pytestmark = [
+    pytest.mark.xdist_group(PRIME_RL_RUNS),
+    pytest.mark.skipif(not SMOLLM2_REHEARSALS, reason="5-10 minutes a pin: set AIR_TEST_SMOLLM2_REHEARSALS=1 too"),
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 2

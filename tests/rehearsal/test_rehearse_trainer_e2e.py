@@ -19,7 +19,10 @@ import pytest
 
 from air.cli.main import main
 from air.rehearsal.live_trainer import PROBE
-from tests.opt_in import prime_rl_checkout, prime_rl_v1_checkout
+from tests.conftest import unavailable
+from tests.opt_in import PRIME_RL_RUNS, prime_rl_checkout, prime_rl_v1_checkout
+
+pytestmark = pytest.mark.xdist_group(PRIME_RL_RUNS)
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 3
@@ -27,11 +30,14 @@ STEPS = 3
 
 def trainer_ready(checkout: Path | None, fix: str) -> Path:
     if checkout is None:
-        pytest.skip(f"no prime-rl checkout for this generation: {fix}")
+        unavailable("the rehearsal with prime-rl's trainer", f"no prime-rl checkout for this generation: {fix}")
     python = checkout / ".venv-orchestrator" / "bin" / "python"
     done = subprocess.run([str(python), "-c", "import prime_rl.trainer.rl.train"], capture_output=True, timeout=600)
     if done.returncode != 0:
-        pytest.skip(f"prime-rl's trainer does not import in {python}: install it with {fix}")
+        unavailable(
+            "the rehearsal with prime-rl's trainer",
+            f"prime-rl's trainer does not import in {python}: install it with {fix}",
+        )
     return checkout
 
 

@@ -24,6 +24,7 @@ from air.cli.main import main
 from air.rehearsal.v1.plan import free_port_block
 from air.sandbox.config import LABEL, LABEL_RUN
 from rigs.patience import backstop
+from tests.conftest import unavailable
 from tests.opt_in import prime_rl_v1_checkout
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,7 +82,10 @@ address = "tcp://127.0.0.1:{port}"
 def checkout() -> Path:
     found = prime_rl_v1_checkout()
     if found is None:
-        pytest.skip("no v1 prime-rl: set AIR_TEST_PRIME_RL_V1_DIR (install_prime_rl.sh --orchestrator-only --commit)")
+        unavailable(
+            "the rehearsal against 559b447",
+            "no v1 prime-rl: set AIR_TEST_PRIME_RL_V1_DIR (install_prime_rl.sh --orchestrator-only --commit)",
+        )
     return found
 
 

@@ -27,12 +27,15 @@ from rigs.host_lock import host_lock
 from rigs.patience import backstop
 from rigs.prime_rl_inference import inference_server, load_weights, sample_logprob
 from tests.conftest import unavailable
-from tests.opt_in import prime_rl_cpu_checkout
+from tests.opt_in import PRIME_RL_RUNS, prime_rl_cpu_checkout
+
+pytestmark = pytest.mark.xdist_group(PRIME_RL_RUNS)
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 3
 # prime-rl's launchers take fixed ports (vLLM on 8000, env servers from 5000, the rollout transport's 5555):
-# one rl run at a time on this host, whichever worker or suite asks (a lock file, not an xdist group).
+# one rl run at a time on this host, whichever worker or suite asks (a lock file; the xdist group above keeps
+# them on one worker of a suite, and this lock holds across suites).
 HOST_LOCK = Path(tempfile.gettempdir()) / "air-test-prime-rl-rl.lock"
 
 
