@@ -75,6 +75,8 @@ DOCKER_FIXTURES = {"docker_image", "quota_engine", "second_engine", "slurm_clust
 SECOND_ENGINES = {"quota_engine", "second_engine", "slurm_cluster", "new_slurm_cluster"}  # a Slurm node: an engine
 AT_THE_LIMITS = {"test_red_team_container.py", "test_red_team_masking.py"}
 ONE_AT_A_TIME = "one_at_a_time"
+# The memory-heavy prime-rl runs (rl, --trainer rehearsals) share another, one at a time (2-9 GiB each).
+PRIME_RL_RUNS = "prime_rl_runs"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -19,9 +19,6 @@ PRIME_RL_V1_CPU_CHECKOUT = os.environ.get("AIR_TEST_PRIME_RL_V1_CPU_DIR") or ""
 # The rehearsals with SmolLM2 and prime-rl's trainer (5-10 minutes a pin here): asked for by name, CI leaves them.
 SMOLLM2_REHEARSALS = bool(os.environ.get("AIR_TEST_SMOLLM2_REHEARSALS"))
 
-# The memory-heavy prime-rl runs share one xdist worker, one at a time (their trainers and vLLM take 2-9 GiB).
-PRIME_RL_RUNS = "prime_rl_runs"
-
 
 def mlgym_checkout() -> Path | None:
     """The MLGym checkout the opt-in tests use, or None (they skip)."""

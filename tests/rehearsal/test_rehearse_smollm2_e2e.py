@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from air.cli.main import main
-from tests.opt_in import PRIME_RL_RUNS, SMOLLM2_REHEARSALS, prime_rl_checkout, prime_rl_v1_checkout
+from tests.conftest import PRIME_RL_RUNS
+from tests.opt_in import SMOLLM2_REHEARSALS, prime_rl_checkout, prime_rl_v1_checkout
 from tests.rehearsal.test_rehearse_trainer_e2e import trainer_ready, with_image
 
 pytestmark = [

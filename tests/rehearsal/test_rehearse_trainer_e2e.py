@@ -19,8 +19,8 @@ import pytest
 
 from air.cli.main import main
 from air.rehearsal.live_trainer import PROBE
-from tests.conftest import unavailable
-from tests.opt_in import PRIME_RL_RUNS, prime_rl_checkout, prime_rl_v1_checkout
+from tests.conftest import PRIME_RL_RUNS, unavailable
+from tests.opt_in import prime_rl_checkout, prime_rl_v1_checkout
 
 pytestmark = pytest.mark.xdist_group(PRIME_RL_RUNS)
 

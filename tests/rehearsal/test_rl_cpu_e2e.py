@@ -26,8 +26,8 @@ import pytest
 from rigs.host_lock import host_lock
 from rigs.patience import backstop
 from rigs.prime_rl_inference import inference_server, load_weights, sample_logprob
-from tests.conftest import unavailable
-from tests.opt_in import PRIME_RL_RUNS, prime_rl_cpu_checkout
+from tests.conftest import PRIME_RL_RUNS, unavailable
+from tests.opt_in import prime_rl_cpu_checkout
 
 pytestmark = pytest.mark.xdist_group(PRIME_RL_RUNS)
 

@@ -124,15 +124,12 @@ async def test_no_process_of_the_agent_holds_roots_output_or_secrets(tmp_path, d
     # What root starts as the agent during an evaluation (the freeze's sender) cannot be traced.
     assert all(attempt["forge"].startswith("seize") for attempt in tries), tries
 
-    # The scan runs in the worker, so only an evaluation that reached the agent's code can hold one. On a loaded
-    # host the forge's own ptrace stops can hold the worker past its call timeout: that evaluation fails (no
-    # score, checked above) and has no scan. Most must still run, or the inside watcher tested nothing.
-    tried = [evaluation for where, evaluation, _ in evaluations(record)][:TRIES]
-    ran = [evaluation for evaluation in tried if evaluation.status == "ok"]
-    failed = [(evaluation.status, (evaluation.error or "")[:300]) for evaluation in tried if evaluation.status != "ok"]
-    assert len(ran) >= TRIES // 2, f"only {len(ran)} of {TRIES} evaluations ran the agent's code: {failed}"
+    # A missing scan means an evaluation that never reached the agent's code: name those that failed, and why.
+    failed = [
+        (where, e.status, (e.error or "")[:300]) for where, e, _ in evaluations(record)[:TRIES] if e.status != "ok"
+    ]
     scans = _lines(loot, "SCAN ")
-    assert len(scans) >= len(ran), f"the worker's scan ran {len(scans)} times for {len(ran)} evaluations; {failed}"
+    assert len(scans) >= TRIES, f"the worker's scan ran {len(scans)} times for {TRIES} evaluations; failed: {failed}"
     for scan in scans:
         assert scan["worker_pipes"], "the scan did not see the worker it ran in"
         assert not scan["key"], "the frame's key was read by the agent"
