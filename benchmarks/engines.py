@@ -31,9 +31,9 @@ import httpx  # noqa: E402
 import psutil  # noqa: E402
 from openai import AsyncOpenAI  # noqa: E402
 
-from air.serving.smollm2 import prepare_smollm2  # noqa: E402
+from air.serving.models.smollm2 import prepare_smollm2  # noqa: E402
+from air.serving.prime_rl_vllm import free_port, server_process  # noqa: E402
 from benchmarks.serving import TASK, round_of, system_prompt  # noqa: E402
-from rigs.prime_rl_inference import free_port, server_process  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 

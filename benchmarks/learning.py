@@ -31,7 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from air.serving.smollm2 import prepare_smollm2  # noqa: E402
+from air.serving.models.smollm2 import prepare_smollm2  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "configs" / "mlgym-v1" / "rl_cpu.toml"

@@ -2,64 +2,23 @@
 ``configs/inference.json``, and what a test or benchmark asks it: a fixed sample's logprob, a weight load by
 prime-rl's route (``POST /update_weights`` with a broadcast folder the trainer wrote).
 
-Shared by tests/rehearsal/test_rl_cpu_e2e.py and benchmarks/learning.py; stdlib and httpx only.
+Shared by tests/rehearsal/test_rl_cpu_e2e.py and benchmarks/learning.py; the process's start and stop are
+air.serving.prime_rl_vllm's (the rehearsal's vLLM).
 """
 
 from __future__ import annotations
 
 import os
-import signal
-import socket
-import subprocess
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 
-from rigs.patience import backstop
+from air.serving.prime_rl_vllm import free_port, server_process
 
 # A fixed sample: a chat-like prompt and a completion, tokenized by the served model's own tokenizer.
 SAMPLE_PROMPT = "<|im_start|>user\nWhich command validates the submission?<|im_end|>\n<|im_start|>assistant\n"
 SAMPLE_COMPLETION = "validate"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@contextmanager
-def server_process(argv: list[str], env: dict[str, str], log: Path, ready_url: str, *, startup_s: float):
-    """``argv`` in a session of its own, its output in ``log``; yields its Popen once ``GET ready_url``
-    answers 200, and ends the whole session (a server's engine processes too) on the way out."""
-    with open(log, "w") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    try:
-        deadline = time.monotonic() + startup_s
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"{argv[0]} exited with {proc.returncode} before serving: see {log}")
-            try:
-                if httpx.get(ready_url, timeout=5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{argv[0]} did not serve within {startup_s:.0f} s: see {log}")
-            time.sleep(1)
-        yield proc
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=backstop(30))
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
 
 
 @contextmanager

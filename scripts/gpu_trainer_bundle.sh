@@ -140,11 +140,11 @@ for step in "$V1_RUN"/run/rollouts/step_*; do
 done
 tar -czf "$OUT/c87/batches.tar.gz" -C "$stage/c87" run_default
 tar -czf "$OUT/v1/batches.tar.gz" -C "$stage/v1" configs run
-# The tiny model, readable by both pins' transformers whichever version wrote it (air.serving.tiny_model).
+# The tiny model, readable by both pins' transformers whichever version wrote it (air.serving.models.tiny_model).
 cp -r "$TINY_MODEL" "$stage/$(basename "$TINY_MODEL")"
 rm -rf "$stage/$(basename "$TINY_MODEL")/prime" # what a trainer wrote into it
 (cd "$ROOT" && uv run --quiet python -c 'import sys; from pathlib import Path
-from air.serving.tiny_model import readable_by_older_transformers as fix; fix(Path(sys.argv[1]))' \
+from air.serving.models.tiny_model import readable_by_older_transformers as fix; fix(Path(sys.argv[1]))' \
     "$stage/$(basename "$TINY_MODEL")")
 tar -czf "$OUT/tiny-model.tar.gz" -C "$stage" "$(basename "$TINY_MODEL")"
 echo "$(basename "$TINY_MODEL")" >"$OUT/tiny-model.name"

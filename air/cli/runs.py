@@ -14,9 +14,9 @@ from air.cli.options import add_model_options, settings_from_args
 from air.policies.scripted import SPECS, PolicySpecError, make_policy, require_playable
 from air.runs.standalone_settings import StandaloneSettings
 from air.runs.standalone_settings import parse_env_arg as parse_env_arg  # where tests and users found it
-from air.serving.served_model import MODEL_SPECS, is_model_spec, model_dir_for
+from air.serving.models.served_model import MODEL_SPECS, is_model_spec, model_dir_for
+from air.serving.models.tiny_model import TinyModelError, TinyModelSpec
 from air.serving.server import PolicyServerError, serve_forever
-from air.serving.tiny_model import TinyModelError, TinyModelSpec
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -85,7 +85,7 @@ def cmd_tiny_model(args: argparse.Namespace) -> int:
     and a two-layer Llama with seeded random weights, to DIRECTORY. Offline and deterministic; loads with
     transformers (use the directory as `model.name` in a prime-rl config). Needs the `tiny` extra."""
     from air.cli.hints import tiny_model_hints
-    from air.serving.tiny_model import write_tiny_model
+    from air.serving.models.tiny_model import write_tiny_model
 
     try:
         target = write_tiny_model(args.directory, TinyModelSpec(seed=args.seed), force=args.force)

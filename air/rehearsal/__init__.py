@@ -1,1 +1,2 @@
-"""prime-rl's real orchestrator driven on this machine against the scripted vLLM-like server."""
+"""prime-rl's real orchestrator (and trainer) driven on this machine, against air's vLLM-like server or, for a
+model with prime-rl's trainer, prime-rl's own vLLM."""

@@ -5,7 +5,7 @@ tree) and :class:`air.rehearsal.v1.generation.V1` (today's: env servers, an orch
 :func:`air.rehearsal.rehearse.rehearse` runs the same steps for both, in this order: ``plan`` the config
 (and refuse what a CPU run cannot honour), ``check`` what it needs here, ``derive`` prime-rl's configs in its
 venv, ``launch`` its processes until the steps are done, ``read`` back the batches, and the generation's
-``report_fields``. Finding prime-rl, the tiny model, the scripted server, the trainer's config and the
+``report_fields``. Finding prime-rl, the model, the server it samples from, the trainer's config and the
 report itself are shared.
 """
 
@@ -14,16 +14,23 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from air.rehearsal.figures import BatchFigures
 from air.rehearsal.live_trainer import TrainedSample
 from air.rehearsal.settings import RehearsalSettings
 
-if TYPE_CHECKING:
-    from air.serving.server import PolicyServer
-
 Say = Callable[[str, int, int], None]  # progress: (what, done, total)
+
+
+class Served(Protocol):
+    """What the orchestrator samples from (air.serving.server.PolicyServer, or prime-rl's vLLM:
+    air.serving.prime_rl_vllm.PrimeRlVllm): its OpenAI base URL, the model's name there, and what its weight
+    routes were asked (filled while the rehearsal runs)."""
+
+    base_url: str
+    model_name: str
+    weight_updates: list[Any]
 
 
 class Plan(Protocol):
@@ -84,7 +91,7 @@ class Generation(Protocol[PlanT]):
     def check(self, plan: PlanT) -> None:
         """Docker, the image, envs that load: named before anything starts."""
 
-    def derive(self, rehearsal: Rehearsal, plan: PlanT, server: PolicyServer, batch_size: int | None) -> Derived:
+    def derive(self, rehearsal: Rehearsal, plan: PlanT, server: Served, batch_size: int | None) -> Derived:
         """prime-rl's configs for the rehearsal (``batch_size``: the orchestrator's, where the CPU trainer
         cuts it)."""
 

@@ -37,7 +37,7 @@ def default_model_dir() -> Path:
 
 
 def tiny_model(explicit: Path | None, say: Callable[[str, int, int], None]) -> Path:
-    from air.serving.tiny_model import TinyModelError, write_tiny_model
+    from air.serving.models.tiny_model import TinyModelError, write_tiny_model
 
     say("tiny model", 0, 1)
     try:

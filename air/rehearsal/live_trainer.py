@@ -5,8 +5,8 @@ configured), changed only where the rehearsal must: the tiny model, the rehearsa
 no W&B, and on a machine without CUDA what makes a CPU step fast (``air_prime_rl.classic.trainer``,
 ``air_prime_rl.v1.trainer`` in prime_rl_side/). It starts the way ``rl`` starts it, under
 ``torch.distributed.run`` with one process, and measures each step into ``trainer-steps.jsonl``. The
-orchestrator waits for its broadcasts as in a real run, and the scripted server loads each one
-(``PolicyServer(load_broadcasts=True)``).
+orchestrator waits for its broadcasts as in a real run, and the server loads each one (prime-rl's vLLM by its
+own routes, or air's server: ``PolicyServer(load_broadcasts=True)``).
 
 On the CPU the orchestrator's batch is cut to at most ``CPU_GROUPS`` groups (beside the orchestrator and
 the containers on 2 cores, a step of ``rl_2gpu``'s 16 rollouts takes about a minute of compute, two groups
@@ -146,11 +146,11 @@ def finish_trainer_run(
     samples: list[TrainedSample],
     weight_updates: list[Any],
 ) -> list[dict[str, Any]]:
-    """Fill ``run`` from the trainer's step lines, the scripted server's record of the weight routes, the
+    """Fill ``run`` from the trainer's step lines, the server's record of the weight routes, the
     batches and the last broadcast (the fixed sample: the first trained sample of the first batch); returns
     the trainer's lines in the shape the report's step timing reads (``received_at``: when the step's batch
     was done)."""
-    from air.serving.broadcast_loading import BroadcastLoadError
+    from air.serving.runtime.broadcast_loading import BroadcastLoadError
 
     run.broadcasts_loaded, run.broadcast_failures = broadcast_loads(weight_updates)
     run.steps = read_steps(probe)
@@ -177,7 +177,7 @@ def wait_for_training(
 ) -> None:
     """Until both the orchestrator and the trainer have exited (the trainer trains on the last batch after
     the orchestrator is done), with the trainer's finished steps as progress. Whichever fails first, a
-    helper that dies, a broadcast the scripted server could not load (``weight_updates``: the server's
+    helper that dies, a broadcast the server could not load (``weight_updates``: the server's
     record; the orchestrator would retry it or die without the reason), or the deadline raises with the
     culprit's log."""
     deadline = time.monotonic() + settings.timeout_s
@@ -185,7 +185,7 @@ def wait_for_training(
         say("steps", count_lines(probe), settings.steps)
         failed = next((u for u in weight_updates or [] if u.loaded is False), None)
         if failed is not None:
-            raise RehearsalError(f"the scripted server could not load the trainer's broadcast: {failed.error}")
+            raise RehearsalError(f"the server could not load the trainer's broadcast: {failed.error}")
         for process in (orchestrator, trainer, *others):
             status = process.exited()
             if status not in (None, 0):

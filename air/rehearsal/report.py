@@ -38,6 +38,7 @@ class RehearsalReport:
     dropped: list[str] = field(default_factory=list)
     generation: str = "classic"  # prime-rl c87c19b ("classic") or today's ("v1")
     prime_rl_commit: str = ""
+    engine: str = ""  # who served the orchestrator: prime-rl's vLLM, or air's server (rehearse.engine_name)
     env_servers: list[dict[str, Any]] = field(default_factory=list)  # v1: per source, where and how many
     # v1: each branch point of the traces by cause (v1/branches); a branch is one more training sample
     branch_points: dict[str, int] = field(default_factory=dict)

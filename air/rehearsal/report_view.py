@@ -46,6 +46,8 @@ def show(report: RehearsalReport, console: Console) -> None:
     for key, value in report.env_metrics.items():
         table.add_row(f"env {key}", _fmt(value))
     console.print(table)
+    if report.engine:
+        console.print(f"Served by {report.engine}")
     for server in report.env_servers:
         if server.get("env_nodes"):
             show_env_nodes(server["source"], server["env_nodes"], console)
@@ -94,7 +96,7 @@ def show_trainer(run: TrainerRun, console: Console) -> None:
         )
     console.print(table)
     loaded = ", ".join(Path(folder).name for folder in run.broadcasts_loaded) or "none"
-    console.print(f"Broadcasts the scripted server loaded when the orchestrator asked: {loaded}")
+    console.print(f"Broadcasts the server loaded when the orchestrator asked: {loaded}")
     sample = run.fixed_sample
     if sample is not None:
         console.print(

@@ -65,7 +65,7 @@ class RehearsalSettings(BaseModel):
     trainer: bool = Field(
         False,
         description="run prime-rl's own trainer (torchrun, one process; CUDA if there, else the CPU with a smaller "
-        "batch) instead of the stand-in; the scripted server loads each broadcast. Needs install_prime_rl.sh "
+        "batch) instead of the stand-in; the server loads each broadcast. Needs install_prime_rl.sh "
         "--cpu-trainer",
     )
 

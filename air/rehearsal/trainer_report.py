@@ -2,7 +2,7 @@
 
 Per step, from the trainer's own figures and the rehearsal's optimizer hooks (``trainer-steps.jsonl``):
 loss, grad norm, the largest change of a trainable tensor, how many tensors changed, whether every
-trainable parameter is finite, loss tokens, samples, peak GPU memory, step time. From the scripted server:
+trainable parameter is finite, loss tokens, samples, peak GPU memory, step time. From the server:
 which broadcasts it loaded. From the tiny model: a fixed sample's mean logprob under the start weights
 and under the last broadcast. :func:`trainer_problems` turns these into the reasons a run fails.
 """
@@ -68,13 +68,16 @@ class TrainerRun:
     device: str
     sizing: str | None = None  # how the batch was cut for the CPU, when it was
     steps: list[TrainerStep] = field(default_factory=list)
-    # the trainer's broadcasts the scripted server loaded when the orchestrator asked (it asks for those it
+    # the trainer's broadcasts the server loaded when the orchestrator asked (it asks for those it
     # needs: with max_async_level 1 not every step's); the last one is loaded for the fixed sample
     broadcasts_loaded: list[str] = field(default_factory=list)
     broadcast_failures: list[str] = field(default_factory=list)  # each load that failed, with its reason
     fixed_sample: FixedSample | None = None
     served_sample: ServedSample | None = None  # a model that samples: the same sample asked of the server
     steps_with_gradient: list[int] = field(default_factory=list)  # steps whose batch had a non-zero advantage
+    # steps the orchestrator may sample ahead of the trainer's weights (c87c19b: max_async_level; a LoRA run
+    # loads no step-0 adapter) before it must load a broadcast; today's loads step 0's first (0)
+    ahead: int = 0
 
 
 def read_steps(path: Path) -> list[TrainerStep]:
@@ -99,7 +102,9 @@ def read_steps(path: Path) -> list[TrainerStep]:
 def broadcast_loads(weight_updates: list[Any]) -> tuple[list[str], list[str]]:
     """From the server's record: the folders it loaded, and each failure with the folder and reason."""
     loaded = [
-        str(update.body.get("lora_path") or update.body.get("weight_dir")) for update in weight_updates if update.loaded
+        str(update.body.get("lora_path") or update.body.get("weight_dir") or update.route)  # vLLM's log: no folder
+        for update in weight_updates
+        if update.loaded
     ]
     failed = [update.error or "unknown" for update in weight_updates if update.loaded is False]
     return loaded, failed
@@ -117,7 +122,7 @@ def latest_broadcast(run_dir: Path) -> Path | None:
 
 def mean_logprob(model, token_ids: list[int], mask: list[bool]) -> float:
     """Mean log p(token | what precedes it) over the masked positions, at temperature 1."""
-    from air.serving.token_scorer import next_token_logprobs
+    from air.serving.runtime.token_scorer import next_token_logprobs
 
     positions = [i for i in range(1, len(token_ids)) if mask[i]]
     chosen = next_token_logprobs(model, token_ids, positions) if positions else []
@@ -130,7 +135,7 @@ def fixed_sample(model_dir: Path, broadcast: Path, step: int, token_ids: list[in
     import torch
     from transformers import AutoModelForCausalLM
 
-    from air.serving.broadcast_loading import ADAPTER_CONFIG, with_full_weights, with_lora_adapter
+    from air.serving.runtime.broadcast_loading import ADAPTER_CONFIG, with_full_weights, with_lora_adapter
 
     base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     load = with_lora_adapter if (broadcast / ADAPTER_CONFIG).exists() else with_full_weights
@@ -144,28 +149,27 @@ def fixed_sample(model_dir: Path, broadcast: Path, step: int, token_ids: list[in
     )
 
 
-def served_sample(base_url: str, served: str, adapter: str, token_ids: list[int], mask: list[bool]) -> ServedSample:
+def served_sample(
+    base_url: str, served: str, adapter: str, token_ids: list[int], mask: list[bool], *, vllm: bool = False
+) -> ServedSample:
     """The sample's mean logprob over its trained tokens, as the server computes it under ``served`` and
-    ``adapter`` (vLLM's ``prompt_logprobs`` on the token route); raises httpx.HTTPError when it cannot."""
+    ``adapter``: vLLM's ``prompt_logprobs`` on its completions route given the token ids (``vllm``: prime-rl's
+    server at either pin), or on the token chat route air's server answers; raises httpx.HTTPError."""
     import httpx
 
     means = []
     for model in (served, adapter):
-        answer = httpx.post(
-            f"{base_url}/chat/completions/tokens",
-            json={
-                "model": model,
-                "messages": [{"role": "user", "content": ""}],
-                "tokens": token_ids,
-                "max_tokens": 1,
-                "temperature": 0,
-                "prompt_logprobs": 0,
-            },
-            timeout=600,
-        )
+        asked = {"model": model, "max_tokens": 1, "temperature": 0, "prompt_logprobs": 0}
+        if vllm:
+            answer = httpx.post(f"{base_url}/completions", json={**asked, "prompt": token_ids}, timeout=600)
+        else:
+            tokens = {"messages": [{"role": "user", "content": ""}], "tokens": token_ids}
+            answer = httpx.post(f"{base_url}/chat/completions/tokens", json={**asked, **tokens}, timeout=600)
         answer.raise_for_status()
-        entries = answer.json()["prompt_logprobs"]
-        chosen = [next(iter(entries[i].values()))["logprob"] for i in range(1, len(token_ids)) if mask[i]]
+        body = answer.json()
+        entries = body["choices"][0]["prompt_logprobs"] if vllm else body["prompt_logprobs"]
+        # vLLM's entry for a position holds the chosen token and, when it is not the top one, the top one too.
+        chosen = [entries[i][str(token_ids[i])]["logprob"] for i in range(1, len(token_ids)) if mask[i]]
         means.append(sum(chosen) / len(chosen) if chosen else math.nan)
     return ServedSample(served, adapter, means[0], means[1])
 
@@ -193,9 +197,9 @@ def trainer_problems(run: TrainerRun, steps_requested: int) -> list[str]:
         elif step.changed_tensors < step.trainable_tensors:
             unchanged = step.trainable_tensors - step.changed_tensors
             found.append(f"{at}: {unchanged} of {step.trainable_tensors} trainable tensors did not change")
-    found += [f"the scripted server could not load a broadcast: {reason}" for reason in run.broadcast_failures]
-    if steps_requested > 1 and not run.broadcasts_loaded and not run.broadcast_failures:
-        found.append("the scripted server loaded no broadcast: the orchestrator never asked for the trainer's weights")
+    found += [f"the server could not load a broadcast: {reason}" for reason in run.broadcast_failures]
+    if steps_requested > run.ahead + 1 and not run.broadcasts_loaded and not run.broadcast_failures:
+        found.append("the server loaded no broadcast: the orchestrator never asked for the trainer's weights")
     sample = run.fixed_sample
     if sample is None:
         found.append("no broadcast to measure the fixed sample under: the trainer published no weights")

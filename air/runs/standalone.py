@@ -38,7 +38,8 @@ from air.runs.run_folder import RunFolder
 from air.runs.run_log import log_file
 from air.runs.standalone_settings import StandaloneSettings
 from air.sandbox.errors import SandboxesUnavailable
-from air.serving.served_model import is_model_spec
+from air.serving.models.served_model import is_model_spec
+from air.serving.prime_rl_vllm import PrimeRlVllm, vllm_install
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ class StepLogger(Protocol):
 def timeout_cause(error: Any, model_timeout: float) -> str | None:
     """The one line for a rollout the model's time limit ended, naming the option that sets it; None for
     any other error. An endpoint's silence (the client's timeout) or our own model's stall (its server's
-    500, air.serving.engine_progress) ended it."""
+    500, air.serving.runtime.engine_progress) ended it."""
     if isinstance(error, dict):
         error = error.get("error_chain_repr") or error.get("error") or ""
     text = str(error or "")
@@ -162,6 +163,25 @@ async def run_standalone(
             folder.discard()
 
 
+def _policy_server(settings: StandaloneSettings, out: Path) -> Any:
+    """The agent's server: a model (smollm2, model:DIR) on prime-rl's vLLM where --prime-rl (default
+    $PRIME_RL_DIR) names an install that has it (docs/decisions/0018-one-serving-engine.md); else air's server,
+    for a scripted agent or a model on air's transformers runtime. --model-timeout bounds that runtime's stalls,
+    not its requests: on a busy CPU it is slow, not hung."""
+    from air.serving.models.served_model import model_dir_for
+    from air.serving.server import PolicyServer
+
+    found = vllm_install(settings.prime_rl or os.environ.get("PRIME_RL_DIR"))
+    if is_model_spec(settings.policy) and found is not None:
+        python, generation = found
+        server = PrimeRlVllm(python, generation, model_dir_for(settings.policy), out / "vllm", seed=settings.seed)
+        log.info("%s: prime-rl's vLLM from %s serves it (a minute to start; %s)", settings.policy, python, server.log)
+        return server
+    return PolicyServer(
+        settings.policy, seed=settings.seed, vllm_model=settings.vllm_model, stall_s=settings.model_timeout
+    )
+
+
 async def _run_steps(
     settings: StandaloneSettings,
     out: Path,
@@ -173,13 +193,7 @@ async def _run_steps(
     env = _load_env(settings, out)
     server = None
     if settings.base_url is None:
-        from air.serving.server import PolicyServer
-
-        # A spec: a scripted agent, or a model that samples its replies (smollm2, model:DIR). --model-timeout
-        # bounds the model's stalls there, not its requests: on a busy CPU it is slow, not hung.
-        server = PolicyServer(
-            settings.policy, seed=settings.seed, vllm_model=settings.vllm_model, stall_s=settings.model_timeout
-        )
+        server = _policy_server(settings, out)
         server.start()
         base_url, model, api_key = server.base_url, server.model_name, "scripted"
     else:
@@ -188,7 +202,8 @@ async def _run_steps(
         api_key = os.environ.get(settings.api_key_var, "EMPTY")
     # One retry: a transient 5xx or dropped connection is forgiven, a hung endpoint fails in 2 x model_timeout.
     # Our own model's requests wait while its engine progresses (its server answers 500 on a stall).
-    timeout = None if server is not None and is_model_spec(settings.policy) else settings.model_timeout
+    ours = server is not None and not isinstance(server, PrimeRlVllm)
+    timeout = None if ours and is_model_spec(settings.policy) else settings.model_timeout
     client = AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=1)
     sampling: dict[str, Any] = {"temperature": settings.temperature}
     if settings.max_tokens:
@@ -252,7 +267,10 @@ async def _run_steps(
             await interrupt.settle()
             if server is not None:
                 server.stop()
-            summary = _summary(settings, out, model, base_url if server is None else "scripted (in-process)", steps)
+            served = "scripted (in-process)" if server is not None else base_url
+            if isinstance(server, PrimeRlVllm):
+                served = f"prime-rl's vLLM ({server.base_url}, log: {server.log})"
+            summary = _summary(settings, out, model, served, steps)
             summary.update(status=status, stopped_by=stopped_by, seconds=time.perf_counter() - started)
             write_json_atomically(out / "summary.json", summary)
             for logger in loggers:

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from air.policies.scripted import SPECS
 from air.runs.run_folder import RunFolder, open_run_folder
-from air.serving.served_model import MODEL_SPECS
+from air.serving.models.served_model import MODEL_SPECS
 
 SIMPLE_ENV_TASK = "dial"  # simple_env.TASK (a test checks they agree): its one game, no task root
 
@@ -63,6 +63,12 @@ class StandaloneSettings(BaseModel):
         default=None,
         description="the scripted agent's server answers like vLLM serving MODEL_DIR",
         json_schema_extra={"metavar": "MODEL_DIR"},
+    )
+    prime_rl: str | None = Field(
+        default=None,
+        description="a prime-rl install whose venv has vLLM (install_prime_rl.sh --cpu): a model (smollm2, "
+        "model:DIR) is served by its inference server; default: $PRIME_RL_DIR, else air's own engine",
+        json_schema_extra={"metavar": "DIR"},
     )
     api_key_var: str = Field(default="OPENAI_API_KEY", description="env var holding the endpoint's key")
     temperature: float = Field(default=1.0, description="sampling temperature")

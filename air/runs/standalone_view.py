@@ -14,7 +14,7 @@ from rich.table import Table
 from air.runs.progress_lines import ProgressLines
 from air.runs.run_folder import RUN_FILES
 from air.runs.standalone_settings import StandaloneSettings
-from air.serving.served_model import is_model_spec
+from air.serving.models.served_model import is_model_spec
 
 
 def _fmt(value: float, digits: int = 3) -> str:

@@ -1,7 +1,7 @@
 """The policy server's answers when the served model writes them (``--policy smollm2``, ``model:DIR``).
 
 A scripted policy decides the text and the model only scores it (:mod:`air.serving.vllm_api`); here the
-model samples the reply itself through :class:`air.serving.generation_engine.GenerationEngine`, with
+model samples the reply itself through :class:`air.serving.runtime.generation_engine.GenerationEngine`, with
 the request's temperature, top-p, top-k, max tokens, stop strings and token ids, seed and ``n``, and the
 answer carries the sampled token ids and the logprobs they were drawn with, in the shapes vLLM gives
 (chat completions, prime-rl's token-prompt chat route and today's ``/inference/v1/generate``). Knobs it
@@ -15,8 +15,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from air.serving.openai_errors import error_body
-from air.serving.sampling import SamplingParams, sequence_seed
-from air.serving.token_scorer import PromptTooLong
+from air.serving.runtime.sampling import SamplingParams, sequence_seed
+from air.serving.runtime.token_scorer import PromptTooLong
 
 if TYPE_CHECKING:
     from air.serving.vllm_api import GenerateRequest, VllmSampling, VllmSide

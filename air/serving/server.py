@@ -31,9 +31,9 @@ from pydantic import ValidationError
 
 from air.policies.scripted import Policy, make_policy
 from air.serving.chat_schema import ChatRequest
+from air.serving.models.served_model import ModelPolicy, is_model_spec, model_dir_for
 from air.serving.openai_errors import describe_validation_error, error_body
 from air.serving.sampled_api import Sampler
-from air.serving.served_model import ModelPolicy, is_model_spec, model_dir_for
 from air.serving.vllm_api import VllmSampling, VllmSide
 
 STARTUP_TIMEOUT_S = 30.0
@@ -260,7 +260,7 @@ class PolicyServer:
         """``vllm_model``: a model directory (``air tiny-model`` writes one); the server then answers like
         vLLM serving it (token ids, logprobs, admin routes; with ``load_broadcasts`` the weight routes load
         what they name) and its name defaults to the directory's path, as vLLM names it. ``stall_s``: a sampled
-        request fails (500) after that long without progress (air.serving.engine_progress); None: never."""
+        request fails (500) after that long without progress (air.serving.runtime.engine_progress); None: never."""
         samples = is_model_spec(policy)  # the model writes the replies (smollm2, model:DIR)
         if samples:
             vllm_model = vllm_model or model_dir_for(str(policy))
@@ -270,13 +270,13 @@ class PolicyServer:
         spec = policy if isinstance(policy, str) else policy_name(self.policy)
         vllm = None
         if vllm_model is not None:
-            from air.serving.token_scorer import TokenScorer  # torch: only when asked for
+            from air.serving.runtime.token_scorer import TokenScorer  # torch: only when asked for
 
             model_name = model_name or str(vllm_model)
             scorer = TokenScorer(vllm_model, max_model_len)
             sampler = None
             if samples:
-                from air.serving.generation_engine import GenerationEngine
+                from air.serving.runtime.generation_engine import GenerationEngine
 
                 sampler = Sampler(GenerationEngine(scorer, seed), stall_s=stall_s)
             vllm = VllmSide(scorer, model_name, load_broadcasts, sampler)

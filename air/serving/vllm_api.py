@@ -3,7 +3,7 @@
 prime-rl's orchestrator and verifiers read token-level fields only vLLM returns and call its admin routes:
 - ``prompt_token_ids``, ``choices[i].token_ids`` (``return_token_ids``) and ``choices[i].logprobs.content``
   (``logprobs``): for scripted text, ids and teacher-forced logprobs from
-  :class:`air.serving.token_scorer.TokenScorer`; a sampling model's own (:mod:`air.serving.sampled_api`);
+  :class:`air.serving.runtime.token_scorer.TokenScorer`; a sampling model's own (:mod:`air.serving.sampled_api`);
 - vLLM's 404 for a model name neither served nor a loaded LoRA adapter, its 400 wording for a prompt past
   the context (verifiers maps it to ``prompt_too_long``);
 - ``POST /tokenize``, ``POST /v1/chat/completions/tokens`` (a prompt given as token ids) and
@@ -12,7 +12,7 @@ prime-rl's orchestrator and verifiers read token-level fields only vLLM returns 
 - the weight routes (``/update_weights``, ``/reload_weights``, ``/load_lora_adapter``, vLLM's own
   ``/v1/load_lora_adapter`` and ``/v1/unload_lora_adapter``, ``/pause``, ``/resume``), recorded in
   :attr:`VllmSide.weight_updates`; with ``load_broadcasts`` (a rehearsal with ``--trainer``) the adapter or full
-  weights a trainer published are loaded (:mod:`air.serving.broadcast_loading`) and requests naming them
+  weights a trainer published are loaded (:mod:`air.serving.runtime.broadcast_loading`) and requests naming them
   are served by the updated model; one that does not load answers 500 with its reason. ``GET /metrics``.
 """
 
@@ -29,7 +29,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from air.serving.openai_errors import describe_validation_error, error_body
-from air.serving.token_scorer import PromptTooLong, ScoredCompletion, TokenScorer
+from air.serving.runtime.token_scorer import PromptTooLong, ScoredCompletion, TokenScorer
 
 # prime-rl's wrappers (JSON answers) and vLLM's own LoRA routes (text answers).
 LOAD_ROUTES = ("/load_lora_adapter", "/v1/load_lora_adapter")
@@ -266,7 +266,7 @@ class VllmSide:
 
     def load(self, route: str, body: dict[str, Any], update: WeightUpdate) -> str | None:
         """Load the adapter or weights a route names into the scorer; the reason when they do not load."""
-        from air.serving.broadcast_loading import BroadcastLoadError
+        from air.serving.runtime.broadcast_loading import BroadcastLoadError
 
         try:
             if route in LOAD_ROUTES:

@@ -209,8 +209,8 @@ def test_the_options_defaults_are_the_code_that_takes_them() -> None:
     import inspect
 
     from air.launch.process_control import stop_processes
+    from air.serving.models.tiny_model import TinyModelSpec
     from air.serving.server import serve_forever
-    from air.serving.tiny_model import TinyModelSpec
 
     served = inspect.signature(serve_forever).parameters
     server = {a.dest: a.default for a in _subparser(["policy-server"])._actions}

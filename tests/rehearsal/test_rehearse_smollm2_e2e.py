@@ -1,5 +1,6 @@
 """Opt-in: ``air rehearse --trainer --policy smollm2``: a real model samples the rollouts, prime-rl's own
-trainer (LoRA, CPU) learns from them, and the server serves its adapters, for both generations (as
+trainer (LoRA, CPU) learns from them, and the server serves its adapters (prime-rl's vLLM where the install has
+it: air.serving.prime_rl_vllm), for both generations (as
 test_rehearse_trainer_e2e.py: AIR_TEST_PRIME_RL_DIR, AIR_TEST_PRIME_RL_V1_DIR with --cpu-trainer installs), asked for
 by AIR_TEST_SMOLLM2_REHEARSALS=1 (CI leaves them: SmolLM2 through prime-rl's own `rl` is test_rl_cpu_e2e.py's).
 
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from air.cli.main import main
+from air.serving.prime_rl_vllm import has_vllm
 from tests.conftest import PRIME_RL_RUNS
 from tests.opt_in import SMOLLM2_REHEARSALS, prime_rl_checkout, prime_rl_v1_checkout
 from tests.rehearsal.test_rehearse_trainer_e2e import trainer_ready, with_image
@@ -30,7 +32,7 @@ pytestmark = [
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
-STEPS = 2
+STEPS = 3  # c87c19b's orchestrator (max_async_level 1) must load a broadcast only from the third step on
 
 
 def small(text: str) -> str:
@@ -53,6 +55,9 @@ def rehearse_smollm2(checkout: Path, config: Path, tmp_path: Path, smollm2, caps
     report = json.loads(lines[-1])
     (tmp_path / "report.json").write_text(json.dumps(report, indent=1))  # kept for a failure's reading
     assert status == 0, report["problems"]
+    # Where prime-rl's venv has vLLM (the --cpu installs CI makes), prime-rl's own inference server samples.
+    engine = "vllm" if has_vllm(checkout / ".venv-orchestrator" / "bin" / "python") else "air: transformers"
+    assert report["engine"].startswith(engine), report["engine"]
     run = report["trainer_run"]
     assert len(run["steps"]) == STEPS and report["steps_completed"] == STEPS
     # A real model's group can score alike (every reply a format error): such a step has no gradient and a

@@ -171,6 +171,18 @@ def test_a_server_that_never_loaded_and_a_trainer_that_stopped_early_fail(tmp_pa
     assert any("loaded no broadcast" in p for p in problems)
 
 
+def test_no_load_is_required_before_the_orchestrator_must_ask_for_one():
+    """c87c19b's orchestrator at max_async_level 1 (a LoRA run loads no step-0 adapter) may sample two steps
+    on the first weights: a fast server finishes them before the trainer's first broadcast is there."""
+    from air.rehearsal.trainer_report import trainer_problems
+
+    run = TrainerRun(device="cpu", steps=[TrainerStep(**step_line(s)) for s in range(3)], ahead=1)
+    assert not any("loaded no broadcast" in p for p in trainer_problems(run, 2))
+    assert any("loaded no broadcast" in p for p in trainer_problems(run, 3))
+    run.ahead = 0  # today's prime-rl loads step 0's weights before its first step
+    assert any("loaded no broadcast" in p for p in trainer_problems(run, 2))
+
+
 def test_a_fixed_sample_that_did_not_move_fails():
     from air.rehearsal.trainer_report import FixedSample
 

@@ -23,7 +23,7 @@ import pytest
 from air.cli.main import main
 from air.runs.standalone import run_standalone
 from air.runs.standalone_settings import StandaloneSettings
-from air.serving.generation_engine import GenerationEngine
+from air.serving.runtime.generation_engine import GenerationEngine
 from rigs.patience import backstop
 from tests.json_endpoint import JsonEndpoint, serve
 
@@ -102,7 +102,7 @@ def test_a_real_time_out_names_the_option_to_raise(tmp_path: Path, silent_endpoi
 _HEAVY_FIRST_PASS = textwrap.dedent(
     """
     import sys, time, torch
-    from air.serving.generation_engine import GenerationEngine
+    from air.serving.runtime.generation_engine import GenerationEngine
     forward, passes = GenerationEngine._forward, []
 
     def heavy(self, *args):

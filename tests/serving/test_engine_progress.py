@@ -1,4 +1,4 @@
-"""The generation engine's bounds follow its progress, not a wall clock (air.serving.engine_progress): a
+"""The generation engine's bounds follow its progress, not a wall clock (air.serving.runtime.engine_progress): a
 stalled engine fails a request with a message that says so; a request its caller gave up on stops costing
 forward passes; closing waits for the pass in flight."""
 
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from air.serving.engine_progress import EngineStalled
-from air.serving.generation_engine import GenerationEngine
-from air.serving.sampling import SamplingParams
-from air.serving.token_scorer import TokenScorer
+from air.serving.runtime.engine_progress import EngineStalled
+from air.serving.runtime.generation_engine import GenerationEngine
+from air.serving.runtime.sampling import SamplingParams
+from air.serving.runtime.token_scorer import TokenScorer
 from rigs.patience import backstop
 
 MESSAGES = [{"role": "user", "content": "Write one command that lists the data files."}]

@@ -15,10 +15,10 @@ import httpx
 import openai
 import pytest
 
-from air.serving.generation_engine import GenerationEngine
-from air.serving.sampling import SamplingParams
+from air.serving.runtime.generation_engine import GenerationEngine
+from air.serving.runtime.sampling import SamplingParams
+from air.serving.runtime.token_scorer import PromptTooLong, TokenScorer
 from air.serving.server import PolicyServer
-from air.serving.token_scorer import PromptTooLong, TokenScorer
 from rigs.patience import backstop
 from tests.sampling_check import PRIME_RL_EXTRA, expected_logprobs
 

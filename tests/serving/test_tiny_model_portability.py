@@ -8,7 +8,7 @@ import json
 import shutil
 from pathlib import Path
 
-from air.serving.tiny_model import readable_by_older_transformers
+from air.serving.models.tiny_model import readable_by_older_transformers
 
 
 def test_a_folder_in_transformers_5_spellings_loads_after_the_rewrite(tiny_model_dir: Path, tmp_path):

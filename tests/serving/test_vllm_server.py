@@ -19,8 +19,8 @@ import openai
 import pytest
 
 from air.policies.scripted import ScriptPolicy
+from air.serving.models.tiny_model import MANIFEST, TinyModelError, require_extra, write_tiny_model
 from air.serving.server import PolicyServer
-from air.serving.tiny_model import MANIFEST, TinyModelError, require_extra, write_tiny_model
 from tests.sampling_check import PRIME_RL_EXTRA
 
 REPLY = "Look first.\n```bash\nhead -3 data/train.csv\n```"
@@ -97,7 +97,7 @@ def test_the_tiny_model_is_deterministic_and_loads_with_transformers(tiny_model_
 
 
 def test_another_seed_gives_other_weights_and_a_foreign_directory_is_refused(tiny_model_dir, tmp_path):
-    from air.serving.tiny_model import TinyModelSpec
+    from air.serving.models.tiny_model import TinyModelSpec
 
     other = write_tiny_model(tmp_path / "seed1", TinyModelSpec(seed=1))
     assert (other / "model.safetensors").read_bytes() != (tiny_model_dir / "model.safetensors").read_bytes()

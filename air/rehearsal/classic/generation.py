@@ -1,31 +1,28 @@
 """``air rehearse`` for prime-rl c87c19b (classic): its orchestrator and the env workers it forks.
 
 prime-rl's real orchestrator (its own entry point, its forked env workers, the pinned verifiers) runs
-``air_mlgym`` rollouts in real containers against :class:`air.serving.server.PolicyServer` answering like
-vLLM serving a tiny model (token ids, logprobs), with the config's envs, env args, batch, group size and
-trajectory strategy. A stand-in trainer thread (in the orchestrator's process) publishes only what the
-orchestrator waits for. Then the batches it handed the trainer are read back (:mod:`.batches`). See
-:mod:`.plan` for what differs from the config.
-"""
+``air_mlgym`` rollouts in real containers against the rehearsal's server
+(:class:`air.rehearsal.generation.Served`: air's, answering like vLLM serving the tiny model, or prime-rl's
+vLLM serving a model), with the config's envs, env args, batch, group size and trajectory strategy. A stand-in
+trainer thread (in the orchestrator's process) publishes only what the orchestrator waits for. Then the
+batches it handed the trainer are read back (:mod:`.batches`). See :mod:`.plan` for what differs from the
+config."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from air.rehearsal.checks import check_docker, check_envs_load
 from air.rehearsal.classic.batches import figures, read_batch, trained_samples
 from air.rehearsal.classic.plan import DROPPED, ENV_DROPPED, PlannedConfig, plan_config
 from air.rehearsal.errors import RehearsalError
 from air.rehearsal.figures import BatchFormatError, chat_markers
-from air.rehearsal.generation import Derived, ReadBack, Rehearsal
+from air.rehearsal.generation import Derived, ReadBack, Rehearsal, Served
 from air.rehearsal.launch import Launched, entry_env, mean_of, read, reap_containers, run_entry, wait_for_steps
 from air.rehearsal.live_trainer import PROBE, start_trainer, wait_for_training
 from air.rehearsal.settings import RehearsalSettings
-
-if TYPE_CHECKING:
-    from air.serving.server import PolicyServer
 
 ENTRY = "air_prime_rl.classic.entry"  # in prime-rl's venv (prime_rl_side/)
 ORCHESTRATOR_KEYS = (
@@ -54,9 +51,7 @@ class Classic:
         check_docker(plan.env_images)
         check_envs_load(plan.envs, ENV_DROPPED)
 
-    def derive(
-        self, rehearsal: Rehearsal, plan: PlannedConfig, server: PolicyServer, batch_size: int | None
-    ) -> Derived:
+    def derive(self, rehearsal: Rehearsal, plan: PlannedConfig, server: Served, batch_size: int | None) -> Derived:
         """The orchestrator's config as ``rl`` derives it, with the rehearsal's changes; the trainer is given
         the parent of run_default/, as rl gives it."""
         out = rehearsal.out

@@ -1,14 +1,14 @@
 """``air rehearse`` for today's prime-rl (verifiers v1): its orchestrator and its env servers.
 
-What ``uv run rl`` would do on a GPU node, minus vLLM and the trainer: prime-rl's ``RLConfig`` and
-``write_subconfigs`` derive the orchestrator's config and one env-server config per source (in prime-rl's
-venv), then prime-rl's own entry points run as separate processes, as ``rl`` starts them: an env server per
-source (``prime_rl.entrypoints.env_server``, air_mlgym's v1 front inside, real containers) and the
-orchestrator (``prime_rl.entrypoints.orchestrator``), against :class:`air.serving.server.PolicyServer`
-serving the tiny model through vLLM's token-in, token-out route. A stand-in trainer process publishes the
-weights the orchestrator waits for and reads each batch with the trainer's own receiver. A source with
-``serve.address`` gets no server from the rehearsal: one started separately (another node, its own Docker
-engine) answers there. Then the batches are checked against the episodes (:mod:`.batches`). See
+What ``uv run rl`` would do on a GPU node, minus the trainer (and vLLM, but for a model in a --cpu install):
+prime-rl's ``RLConfig`` and ``write_subconfigs`` derive the orchestrator's config and one env-server config
+per source (in prime-rl's venv), then prime-rl's own entry points run as separate processes, as ``rl`` starts
+them: an env server per source (``prime_rl.entrypoints.env_server``, air_mlgym's v1 front inside, real
+containers) and the orchestrator (``prime_rl.entrypoints.orchestrator``), against the rehearsal's server
+(:class:`air.rehearsal.generation.Served`) through vLLM's token-in, token-out route. A stand-in trainer
+process publishes the weights the orchestrator waits for and reads each batch with the trainer's own receiver.
+A source with ``serve.address`` gets no server from the rehearsal: one started separately (another node, its
+own Docker engine) answers there. Then the batches are checked against the episodes (:mod:`.batches`). See
 :mod:`.plan` for what differs from the config.
 """
 
@@ -18,13 +18,13 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from air.fleet.folder import FleetFolder
 from air.rehearsal.checks import check_docker
 from air.rehearsal.errors import RehearsalError
 from air.rehearsal.figures import BatchFormatError, chat_markers
-from air.rehearsal.generation import Derived, ReadBack, Rehearsal
+from air.rehearsal.generation import Derived, ReadBack, Rehearsal, Served
 from air.rehearsal.launch import Launched, entry_env, mean_of, read, reap_containers, run_entry, wait_for_steps
 from air.rehearsal.live_trainer import PROBE, start_trainer, wait_for_training
 from air.rehearsal.settings import RehearsalSettings
@@ -39,9 +39,6 @@ from air.rehearsal.v1.plan import (
     plan_v1,
     rehearsal_config,
 )
-
-if TYPE_CHECKING:
-    from air.serving.server import PolicyServer
 
 ENTRY = "air_prime_rl.v1.entry"  # in prime-rl's venv (prime_rl_side/)
 ENV_SERVER = "prime_rl.entrypoints.env_server"
@@ -79,7 +76,7 @@ class V1:
         check_tasksets_load(plan)
         check_external_servers(plan)
 
-    def derive(self, rehearsal: Rehearsal, plan: V1Plan, server: PolicyServer, batch_size: int | None) -> Derived:
+    def derive(self, rehearsal: Rehearsal, plan: V1Plan, server: Served, batch_size: int | None) -> Derived:
         out, settings = rehearsal.out, rehearsal.settings
         config = rehearsal_config(
             plan,

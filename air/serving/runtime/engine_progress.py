@@ -1,4 +1,4 @@
-"""What "the engine is making progress" means, for the bounds of :mod:`air.serving.generation_engine`.
+"""What "the engine is making progress" means, for the bounds of :mod:`air.serving.runtime.generation_engine`.
 
 A model on a busy CPU is slow by nature: a forward pass can take minutes there and is still work. So a
 request is bounded by progress, not by a wall clock: the engine progresses while forward passes end or

@@ -10,9 +10,9 @@ model it started on.
 
 A sequence ends as vLLM ends it: an end-of-turn token (kept in its token ids, not in its text), one of
 the request's stop token ids or stop strings (the text cut before the string), ``max_tokens``, or a full
-context. Each token's logprob is the processed one it was drawn from (:mod:`air.serving.sampling`).
+context. Each token's logprob is the processed one it was drawn from (:mod:`air.serving.runtime.sampling`).
 
-A request is bounded by the engine's progress, not by a wall clock (:mod:`air.serving.engine_progress`);
+A request is bounded by the engine's progress, not by a wall clock (:mod:`air.serving.runtime.engine_progress`);
 one its caller gives up on leaves the batch at the next token; :meth:`GenerationEngine.close` waits for the
 forward pass in flight.
 """
@@ -29,10 +29,10 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any
 
-from air.serving.engine_progress import EngineStalled, Progress
-from air.serving.kv_cache import cache_layers, pad_left, set_cache_layers
-from air.serving.sampling import SamplingParams, draw, processed_logprobs, sequence_seed
-from air.serving.token_scorer import PromptTooLong, ScoredCompletion, TokenScorer, too_long_message
+from air.serving.runtime.engine_progress import EngineStalled, Progress
+from air.serving.runtime.kv_cache import cache_layers, pad_left, set_cache_layers
+from air.serving.runtime.sampling import SamplingParams, draw, processed_logprobs, sequence_seed
+from air.serving.runtime.token_scorer import PromptTooLong, ScoredCompletion, TokenScorer, too_long_message
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from air.serving.tiny_model import EOS_TOKEN, TinyModelError, require_extra
+from air.serving.models.tiny_model import EOS_TOKEN, TinyModelError, require_extra
 
 
 class PromptTooLong(ValueError):
@@ -65,8 +65,8 @@ class TokenScorer:
 
     def load_adapter(self, name: str, adapter_dir: str | Path) -> None:
         """Serve ``name`` as the base model with the LoRA adapter in ``adapter_dir`` (vLLM's LoRA load);
-        raises :class:`air.serving.broadcast_loading.BroadcastLoadError` when it does not fit."""
-        from air.serving.broadcast_loading import with_lora_adapter
+        raises :class:`air.serving.runtime.broadcast_loading.BroadcastLoadError` when it does not fit."""
+        from air.serving.runtime.broadcast_loading import with_lora_adapter
 
         with self.forward_lock:
             base = self.model
@@ -76,7 +76,7 @@ class TokenScorer:
 
     def load_weights(self, weight_dir: str | Path) -> None:
         """Replace the served weights with the full weights in ``weight_dir`` (vLLM's weight update)."""
-        from air.serving.broadcast_loading import with_full_weights
+        from air.serving.runtime.broadcast_loading import with_full_weights
 
         with self.forward_lock:
             base = self.model

