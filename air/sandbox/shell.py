@@ -334,11 +334,10 @@ class Shell:
 
     async def _start_again(self, cwd: str) -> bool:
         """Start a new shell. One that cannot start in a running container had its pids or memory taken by the
-        agent's processes: they are killed and a shell started once more (True), up to thrice: a fork bomb's child
-        forked while ``kill -1`` walked the process list survives it and fills the pids again (seen under host
-        load). If it still cannot start while the container runs and answers root, or runs with its memory full
-        of what no kill frees (``memory_full``), the agent made it so (``ShellUnstartable``: its failure,
-        penalised); only a container that stopped or an engine that does not answer is the host's."""
+        agent's processes: they are killed and a shell started once more (True), thrice at most (a fork that
+        escaped ``kill -1``, a start slowed by load). If it still cannot start while root answers, or the memory
+        is full of what no kill frees (``memory_full``), the agent made it so (``ShellUnstartable``: its
+        failure, penalised); only a container that stopped or an engine that does not answer is the host's."""
         try:
             await self.start(cwd=cwd)
             return False
@@ -361,10 +360,9 @@ class Shell:
                 self.close()
                 ended, root_answers = exc, await self._root_answers()
         if root_answers:
-            raise ShellUnstartable(
-                "no new shell could start although the container runs and answers: every process of the agent was "
-                f"killed first, three times ({ended})"
-            ) from ended
+            why = "every process of the agent was killed first, three times"
+            message = f"no new shell could start although the container runs and answers: {why} ({ended})"
+            raise ShellUnstartable(message) from ended
         raise ended
 
     async def _root_answers(self) -> bool:
