@@ -171,8 +171,9 @@ def _policy_server(settings: StandaloneSettings, out: Path) -> Any:
     from air.serving.models.served_model import model_dir_for
     from air.serving.server import PolicyServer
 
-    found = vllm_install(settings.prime_rl or os.environ.get("PRIME_RL_DIR"))
-    if is_model_spec(settings.policy) and found is not None:
+    model = is_model_spec(settings.policy)  # a scripted agent never asks the disk for prime-rl's venv
+    found = vllm_install(settings.prime_rl or os.environ.get("PRIME_RL_DIR")) if model else None
+    if found is not None:
         python, generation = found
         server = PrimeRlVllm(python, generation, model_dir_for(settings.policy), out / "vllm", seed=settings.seed)
         log.info("%s: prime-rl's vLLM from %s serves it (a minute to start; %s)", settings.policy, python, server.log)
