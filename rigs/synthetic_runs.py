@@ -191,3 +191,112 @@ def write_mixed_folder(root: Path) -> Path:
     bad_run.mkdir(parents=True)
     (bad_run / "titanic.traj").write_text(json.dumps({"trajectory": "not a list"}))
     return root
+
+
+# --- a prime-rl `rl` run folder (today's prime-rl) --------------------------------------------
+
+RL_RUN = "air-mlgym--smollm2-135m-instruct--1a2b3c4d"  # rl's own naming: <envs>--<model>--<8 hex>
+RL_ENV = "air-mlgym"  # the train source's name: its keys are train/<env>/..., beside train/agg/...
+RL_TASK = "laneMerge"
+RL_BASELINE = 1.0
+RL_TURNS = 4
+
+
+def rl_rollout(step: int, member: int, group_size: int) -> tuple[int, float | None]:
+    """Rollout ``member`` of ``step``: (its format errors, its score or None). Step s: the first ``group_size
+    - s`` rollouts make one format error each, the first ``s + 1`` validate and are scored, at RL_BASELINE +
+    0.1 (s + 1) + 0.01 member. So per step: valid share 1 - (n - s) / (n RL_TURNS), validate share
+    (s + 1) / n, task score RL_BASELINE + 0.1 (s + 1) + 0.005 s (n = group_size, s < n)."""
+    errors = 1 if member < group_size - step else 0
+    scored = member < step + 1
+    return errors, (round(RL_BASELINE + 0.1 * (step + 1) + 0.01 * member, 6) if scored else None)
+
+
+def _rl_record(step: int, member: int, group_size: int, penalty: float) -> tuple[TrajectoryRecord, dict[str, float]]:
+    """The rollout's trajectory and what the env reports for it (air.env's reward and metric names)."""
+    from air.env.metrics import metric_names, result_key
+    from air.env.rewards import RewardSettings, RewardTracker
+
+    errors, score = rl_rollout(step, member, group_size)
+    tracker = RewardTracker(baseline=RL_BASELINE, settings=RewardSettings(format_error_penalty=penalty))
+    turns = [Turn(index=i + 1, model_text="two blocks", command=None, format_error="2 blocks", output="e") for i in
+             range(errors)]  # fmt: skip
+    while len(turns) < RL_TURNS - (score is not None):
+        turns.append(Turn(index=len(turns) + 1, model_text="```bash\nls\n```", command="ls", output="a", exit_code=0))
+    if score is not None:
+        tracker.record(score)
+        evaluation = TurnEvaluation(status="ok", score=score, metrics={"Score": score})
+        turns.append(Turn(index=RL_TURNS, model_text="v", command="validate", output="ok", evaluation=evaluation))
+    result = tracker.metrics() | {"validates": float(score is not None), "format_errors": float(errors),
+                                  "timeouts": 0.0, "turns": float(RL_TURNS), "submitted": 0.0}  # fmt: skip
+    result["reward"] = tracker.rollout_reward(errors)
+    record = TrajectoryRecord(
+        id=hashlib.sha1(f"rl-{step}-{member}".encode()).hexdigest(),
+        task=RL_TASK,
+        group_id=f"{step}-0",
+        step=step,
+        model="smollm2-135m-instruct",
+        started_at=START + timedelta(minutes=step, seconds=member),
+        exit_status="max_turns",
+        baseline=BaselineInfo(metric="Score", score=RL_BASELINE, metrics={"Score": RL_BASELINE}),
+        reward=result["reward"],
+        turns=turns,
+    )
+    return record, {name: result[result_key(name)] for name in ["reward", *metric_names([RL_TASK])]}
+
+
+def _batch_means(results: list[dict[str, float]], prefix: str) -> dict[str, float]:
+    """prime-rl's orchestrator's keys for one batch (orchestrator/metrics.py: mean, max, min per series)."""
+    out: dict[str, float] = {}
+    for name in results[0]:
+        values = [r[name] for r in results]
+        key = f"{prefix}/all/player/{name if name == 'reward' else 'metrics/' + name}"
+        out |= {f"{key}/mean": sum(values) / len(values), f"{key}/max": max(values), f"{key}/min": min(values)}
+    out[f"{prefix}/all/num_turns/mean"] = float(RL_TURNS)
+    out[f"{prefix}/effective/player/reward/mean"] = 99.0  # the trained-on subset: not the curve's
+    return out
+
+
+def write_rl_run(
+    output_dir: Path, *, steps: int = 4, group_size: int = 4, penalty: float = 0.05,
+    trajectory_dir: Path | None = None, metrics: bool = True,
+) -> Path:  # fmt: skip
+    """A run folder as ``rl @ config.toml --output-dir OUTPUT_DIR`` leaves it: configs (JSON, the env's
+    arguments with ``reward.format_error_penalty`` and ``trajectory_dir``), logs, weights broadcast per step,
+    traces, and ``metrics.jsonl`` (``metrics``: an orchestrator line and a trainer line per step, then a line
+    cut short, as a live run's). The rollouts are ``rl_rollout``'s; their trajectories (with their step, as
+    prime-rl c87c19b gives it) go to ``trajectory_dir`` when given. Returns the run folder."""
+    run = output_dir / RL_RUN
+    env_args = {"task_configs": [RL_TASK], "reward": {"format_error_penalty": penalty}, "run_id": "rl-cpu"}
+    if trajectory_dir is not None:
+        env_args["trajectory_dir"] = str(trajectory_dir.resolve())
+    source = {"name": RL_ENV, "env": {"taskset": {"id": "air_mlgym", **env_args}, "player": {"harness": {}}}}
+    (run / "configs" / "envs" / "train").mkdir(parents=True)
+    (run / "configs" / "orchestrator.json").write_text(json.dumps({"train": {"source": [source]}}, indent=2))
+    (run / "configs" / "envs" / "train" / f"{RL_ENV}.json").write_text(json.dumps({"env": source["env"]}))
+    (run / "configs" / "trainer.json").write_text(json.dumps({"model": {"name": "smollm2"}, "optim": {"lr": 1e-5}}))
+    (run / "configs" / "inference.json").write_text(json.dumps({"vllm": {"dtype": "float32"}}))
+    (run / "logs" / "attempt_1").mkdir(parents=True)
+    for name in ("orchestrator.log", "inference.log", "trainer.log"):
+        (run / "logs" / "attempt_1" / name).write_text(f"{name}: started\n")
+    (run / "logs" / "latest").symlink_to("attempt_1")
+    lines = []
+    for step in range(steps):
+        pairs = [_rl_record(step, member, group_size, penalty) for member in range(group_size)]
+        if trajectory_dir is not None:
+            for record, _ in pairs:
+                write_trajectory(record, trajectory_dir)
+        results = [result for _, result in pairs]
+        row = {"step": step, "time": 1.7e9 + step} | _batch_means(results, "train/agg")
+        row |= _batch_means(results, f"train/{RL_ENV}") | {"progress/rollouts": group_size, "time/step": 2.5}
+        lines += [json.dumps(row), json.dumps({"step": step, "time": 1.7e9 + step, "loss/mean": 0.01 * step})]
+        broadcast = run / "broadcasts" / f"step_{step + 1}"
+        broadcast.mkdir(parents=True)
+        (broadcast / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
+        (broadcast / "STABLE").write_text("")
+        traces = run / "rollouts" / f"step_{step}" / "train" / "all" / "traces.jsonl"
+        traces.parent.mkdir(parents=True)
+        traces.write_text(json.dumps({"id": f"episode-{step}", "traces": []}) + "\n")
+    if metrics:
+        (run / "metrics.jsonl").write_text("\n".join(lines) + '\n{"step": ' + str(steps) + ', "train/agg/al')
+    return run

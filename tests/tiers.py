@@ -88,6 +88,7 @@ SLOW_TESTS: frozenset[str] = frozenset(
         "tests/v1/test_v1_hints.py::test_the_policy_server_banner_suggests_vf_eval_0_4_and_it_takes_it",
         "tests/v1/test_v1_host_logging.py::test_a_real_vf_eval_run_logs_the_quota_warning",
         "tests/v1/test_v1_player.py::test_a_hung_model_call_fails_within_the_model_timeout",
+        "tests/viewer/test_learning_browser.py",  # two viewers in Chromium, 6 s each
         "tests/viewer/test_viewer_browser.py::test_open_select_a_rollout_step_through_it_and_compare",
         "tests/viewer/test_viewer_browser.py::test_the_reward_chart_shows_every_run_in_its_legend",
         "tests/viewer/test_viewer_plain_text.py::test_the_agents_text_shows_as_text_in_titles_errors_and_compare",

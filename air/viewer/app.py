@@ -21,8 +21,9 @@ import streamlit as st
 from air.env.trajectories import TrajectoryError
 from air.viewer import stats
 from air.viewer.index import TrajectoryIndex, shared_index
-from air.viewer.overview import render_overview
+from air.viewer.overview import render_overview, render_rl_runs
 from air.viewer.plain import code_block, escape_markdown
+from air.viewer.rl_run import find_rl_runs
 from air.viewer.rollout_page import render_rollout, render_side_by_side
 
 VIEWS = ["Overview", "Rollout", "Compare", "Problems"]
@@ -139,7 +140,15 @@ def main(argv: list[str] | None = None) -> None:
     reload = st.sidebar.button("Reload", help="Read new and changed files again")
     index = _load_index(directory, reload)
     frame = stats.index_frame(index)
+    rl_runs = find_rl_runs(Path(directory))  # prime-rl run folders: their learning curve heads the overview
     if frame.empty:
+        if rl_runs:  # a run whose trajectories went elsewhere (the env's trajectory_dir): its metrics.jsonl
+            st.title("air viewer")
+            st.caption(escape_markdown(f"{directory} · prime-rl run · no trajectories here"))
+            render_rl_runs(Path(directory), rl_runs, index)
+            if index.problems:
+                _problems(index)
+            return
         st.warning(escape_markdown(f"No readable trajectory in {directory} ({len(index.problems)} unreadable)."))
         _problems(index)
         return
@@ -157,6 +166,8 @@ def main(argv: list[str] | None = None) -> None:
     st.caption(escape_markdown(f"{directory} · {len(frame):,} rollouts · {len(index.problems):,} unreadable"))
     view = st.radio("View", VIEWS, horizontal=True, key="view", label_visibility="collapsed")
     if view == "Overview":
+        if rl_runs:
+            render_rl_runs(Path(directory), rl_runs, index)
         render_overview(frame, shown, len(index.problems), _pick_from_table)
     elif view == "Rollout":
         key = _rollout_picker("Rollout", index, shown, "rollout", None)

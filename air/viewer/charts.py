@@ -137,3 +137,21 @@ def evaluation_chart(points: pd.DataFrame, baseline: float | None) -> alt.Chart:
         rule = alt.Chart(pd.DataFrame({"baseline": [baseline]})).mark_rule(strokeDash=[4, 3], color="gray")
         chart = chart + rule.encode(y="baseline:Q")
     return chart.properties(title="Score after each evaluation (dashed: baseline)", height=200)
+
+
+def learning_panels(table: pd.DataFrame, order: list[str]) -> alt.FacetChart:
+    """A prime-rl run's learning curve (learning.learning_table): one panel per series (reward, valid-command
+    share, task score, ...), each on its own scale, one line per run."""
+    base = alt.Chart().encode(
+        x=_STEP_AXIS,
+        y=alt.Y("value:Q", title=None, scale=alt.Scale(zero=False)),
+        tooltip=["run", "step", "series", alt.Tooltip("value:Q", format=".4f"), "source"],
+        **_by_run(table),
+    )
+    return (
+        alt.layer(base.mark_line(), base.mark_circle(size=28), data=table)
+        .properties(width=300, height=170)
+        .facet(facet=alt.Facet("series:N", title=None, sort=order), columns=3)
+        .resolve_scale(y="independent")
+        .properties(title="Learning curve per step (prime-rl run)")
+    )

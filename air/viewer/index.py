@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from air.env.trajectories import TrajectoryError, TrajectoryRecord, recorded_evaluations, summary_metrics
 from air.env.trajectory_reader import iter_trajectory_paths, load_trajectory
+from air.viewer.rl_run import OwnFiles
 
 Progress = Callable[[int, int], None]  # (files done, files to read)
 T = TypeVar("T")
@@ -59,6 +60,7 @@ class RolloutSummary:
     duration_s: float | None
     started_at: datetime
     error: str | None
+    last_score: float | None = None  # the last score an evaluation produced (the env's final_score); None: unscored
 
     def as_row(self) -> dict[str, object]:
         return asdict(self)
@@ -109,7 +111,15 @@ def summarise(record: TrajectoryRecord, path: Path, root: Path) -> RolloutSummar
         duration_s=_number(record.duration_s),
         started_at=record.started_at,
         error=record.error,
+        last_score=_last_score(record),
     )
+
+
+def _last_score(record: TrajectoryRecord) -> float | None:
+    """What the env reports as a rollout's final score: the last evaluation that produced one (a failed or
+    suspicious one does not), or None when none did (the rollout was not scored)."""
+    scores = [e.score for e in recorded_evaluations(record) if e.status == "ok" and _number(e.score) is not None]
+    return scores[-1] if scores else None
 
 
 class TrajectoryIndex:
@@ -140,7 +150,8 @@ class TrajectoryIndex:
         return self
 
     def _refresh(self, progress: Progress | None) -> None:
-        paths = list(iter_trajectory_paths(self.directory))  # FileNotFoundError names the folder
+        own = OwnFiles(self.directory)  # a prime-rl run folder's configs and weights are JSON, not trajectories
+        paths = [p for p in iter_trajectory_paths(self.directory) if not own(p)]  # FileNotFoundError names it
         seen: dict[str, tuple[tuple[int, int], RolloutSummary | Problem]] = {}
         for done, path in enumerate(paths, start=1):
             key = _key(path, self.directory)

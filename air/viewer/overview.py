@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 
 import pandas as pd
 import streamlit as st
 
-from air.viewer import charts, stats
+from air.viewer import charts, learning, rl_run, stats
+from air.viewer.index import TrajectoryIndex
+from air.viewer.plain import escape_markdown
 
 TABLE_COLUMNS = {
     "run": st.column_config.TextColumn("run", help="the run folder the rollout was recorded in"),
@@ -107,3 +111,50 @@ def _charts(shown: pd.DataFrame) -> None:
     else:
         title = "Zero-advantage groups (all rewards equal)"
         right.altair_chart(charts.per_x_chart(zero, "step", "share", title, "share of groups", True), width="stretch")
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def _step_metrics(path: str, signature: tuple[int, int]) -> learning.StepMetrics:
+    """A metrics.jsonl read once per version of it (``signature``: its modification time and size)."""
+    return learning.read_step_metrics(Path(path))
+
+
+def _signature(path: Path) -> tuple[int, int]:
+    try:
+        stat = path.stat()
+    except OSError:
+        return 0, -1
+    return stat.st_mtime_ns, stat.st_size
+
+
+def _run_curve(run: Path, index: TrajectoryIndex) -> list[learning.StepRow]:
+    """The run's steps: its metrics.jsonl, and the indexed trajectories in its folder or its env's."""
+    path = run / rl_run.METRICS_FILE
+    signature = _signature(path)
+
+    def build() -> list[learning.StepRow]:
+        folders = [str(f.resolve()) for f in rl_run.trajectory_folders(run)]
+        mine = [r for r in index.rollouts if any(r.path.startswith(f + "/") for f in folders)]
+        return learning.learning_curve(run, mine, metrics=_step_metrics(str(path), signature))
+
+    return index.memo(("learning", str(run), signature), build)
+
+
+def render_rl_runs(directory: Path, runs: list[Path], index: TrajectoryIndex) -> None:
+    """The learning curve of each prime-rl run folder at or under ``directory``, from its metrics.jsonl
+    (else its trajectories' steps), and the numbers behind it."""
+    curves = {rl_run.run_label(run, directory): _run_curve(run, index) for run in runs}
+    table = learning.learning_table(curves)
+    names = ", ".join(curves)
+    if table.empty:
+        st.info(escape_markdown(f"prime-rl run {names}: no step recorded yet (metrics.jsonl, trajectories)."))
+        return
+    st.altair_chart(charts.learning_panels(table, learning.series_order(table)))
+    rows = [
+        {"run": run, **{k: v for k, v in dataclasses.asdict(row).items() if k != "task_scores"}}
+        | {f"task score: {task}": score for task, score in row.task_scores.items()}
+        for run, steps in curves.items()
+        for row in steps
+    ]
+    with st.expander(escape_markdown(f"Per-step numbers of {names}")):
+        st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")

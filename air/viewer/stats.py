@@ -21,6 +21,16 @@ SORTS: dict[str, tuple[str, bool]] = {
     "duration": ("duration_s", True),
 }
 COLUMNS = list(RolloutSummary.__dataclass_fields__)
+NUMBERS = (
+    "reward",
+    "advantage",
+    "baseline_score",
+    "best_score",
+    "final_score",
+    "improvement",
+    "last_score",
+    "duration_s",
+)
 # A rollout cut short (Ctrl-C, or an orchestrator that dropped it) ended mid-play: no reward, even where an
 # older record wrote one, and no place in a mean, a count or a curve. It stays in the table, marked.
 CANCELLED = "cancelled"
@@ -29,7 +39,7 @@ CANCELLED = "cancelled"
 def rollout_frame(rollouts: Iterable[RolloutSummary]) -> pd.DataFrame:
     """One row per rollout, indexed by key, with numeric columns as floats (None -> NaN)."""
     frame = pd.DataFrame([r.as_row() for r in rollouts], columns=COLUMNS)
-    for column in ("reward", "advantage", "baseline_score", "best_score", "final_score", "improvement", "duration_s"):
+    for column in NUMBERS:
         frame[column] = pd.to_numeric(frame[column], errors="coerce").astype(float)
     frame["step"] = pd.array(frame["step"], dtype="Int64")
     frame["started_at"] = pd.to_datetime(frame["started_at"], utc=True)
