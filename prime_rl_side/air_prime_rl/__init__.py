@@ -7,6 +7,8 @@ One entry per generation and role, run as ``python -m``:
 - ``classic.trainer``: c87c19b's own trainer, its config derived as ``rl`` does, measured, on a GPU or the CPU;
 - ``v1.entry`` (559b447): prime-rl's ``write_subconfigs``; the stand-in trainer process;
 - ``v1.trainer``: 559b447's own trainer, measured, on a GPU or the CPU (``v1.cpu``: its CPU fixes);
+- ``rl_signal``: a fixed two-completion batch and one-step trainer config in either generation's own formats,
+  for the RL signal guard (tests/rehearsal/test_rl_signal.py);
 
 and what the trainers share: ``cpu_torch`` (CUDA calls to the CPU), ``sdpa_varlen`` (flash-attn's varlen
 call by torch SDPA), ``trainer_probe`` (one JSON line per optimizer step).
