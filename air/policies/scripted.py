@@ -14,6 +14,7 @@ Specs (``make_policy``):
                   is refused with a one-line error (``PolicyCannotPlay``)
     noisy         ``improve`` (``baseline`` where improve has no recipe) with useless commands and
                   malformed replies mixed in at random
+    probe         a value at random on a task scored by one number (air/policies/probe.py)
     replay:PATH   the commands of a recorded trajectory, then ``submit``
     script:PATH   the commands of a JSON list of strings, then ``submit``
 
@@ -32,9 +33,10 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import TypeAdapter, ValidationError
 
 from air.env.actions import message_text, parse_action
+from air.policies.probe import ProbePolicy
 from air.policies.recipes import LANE_MERGE_STRATEGY, heredoc, train_script
 
-SPECS = ("baseline", "improve", "noisy", "replay:PATH", "script:PATH")
+SPECS = ("baseline", "improve", "noisy", "probe", "replay:PATH", "script:PATH")
 
 SUBMIT = "submit"
 VALIDATE = "validate"
@@ -49,7 +51,8 @@ DIAL_TASK = "dial"
 DIAL_BASELINE_SETTING = 50  # the dial starts here, so the first validate probes the middle
 DIAL_RANGE = (0, 100)
 DIAL_MAX_PROBES = 7  # ceil(log2(101)): enough for a binary search over 0..100
-IMPROVE_TASKS = frozenset({*CSV_TASKS, "laneMerge", DIAL_TASK})  # the tasks improve has a recipe for
+RIDGE_TASK = "ridgePenalty"
+IMPROVE_TASKS = frozenset({*CSV_TASKS, "laneMerge", RIDGE_TASK, DIAL_TASK})  # the tasks improve has a recipe for
 # What MLGym's configs name as baseline_paths: CSV and LM tasks, then the RL tasks (games name their
 # evaluate.py: their starting strategy is the baseline, scored as it is).
 BASELINE_SCRIPTS = ("baseline.py", "src/train.py")
@@ -210,6 +213,8 @@ def improve_playbook(task: str | None) -> list[Step]:
             _VALIDATE,
             _SUBMIT,
         ]
+    if task == RIDGE_TASK:
+        return [Step("echo 10 > submission.csv", "A penalty of 100 flattens the fit; 10 should balance it."), _VALIDATE]
     if task == DIAL_TASK:  # next_dial_step plays it from the observations; its opening is validate
         return baseline_playbook(task)
     raise cannot_play("improve", [str(task)])
@@ -366,11 +371,12 @@ _FACTORIES: dict[str, Callable[[], Policy]] = {
     "baseline": BaselinePolicy,
     "improve": ImprovePolicy,
     "noisy": NoisyPolicy,
+    "probe": ProbePolicy,
 }
 
 
 def make_policy(spec: str) -> Policy:
-    """Build a policy from ``baseline``, ``improve``, ``noisy``, ``replay:PATH`` or ``script:PATH``."""
+    """Build a policy from one of SPECS."""
     kind, sep, argument = spec.partition(":")
     if not sep and kind in _FACTORIES:
         return _FACTORIES[kind]()

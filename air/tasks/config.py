@@ -104,6 +104,7 @@ KNOWN_SCORE_RANGES: dict[str, tuple[float | None, float | None]] = {
     "laneMerge": (0.0, 5.0),  # payoff per round: 0, 1, 3 or 5
     "loanDefault": (0.0, 1.0),  # accuracy
     "buildingEnergy": (None, 1.0),  # R^2
+    "ridgePenalty": (None, 1.0),  # R^2
     "battleOfSexes": (0.0, 2.0),
     "prisonersDilemma": (0.0, 5.0),
     "blotto": (-1.0, 1.0),

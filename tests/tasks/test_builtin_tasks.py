@@ -33,7 +33,8 @@ CSV_TASKS = {
     "buildingEnergy": ("annual_energy_mwh", "regression"),
 }
 GAME_TASKS = ["laneMerge"]
-ALL_TASKS = [*CSV_TASKS, *GAME_TASKS]
+ONE_NUMBER_TASKS = ["ridgePenalty"]  # a CSV task whose submission is one number: tests/tasks/test_ridge_penalty.py
+ALL_TASKS = [*CSV_TASKS, *GAME_TASKS, *ONE_NUMBER_TASKS]
 
 TASK_KEYS = {
     "id",
@@ -71,7 +72,10 @@ def lay_out(task_id: str, workspace: Path) -> Path:
     task = load_task(task_id)
     workspace.mkdir(parents=True, exist_ok=True)
     for rel in task["starter_code"]:
-        shutil.copy2(TASK_ROOT / rel, workspace / Path(rel).name)
+        if (TASK_ROOT / rel).is_dir():  # a folder is laid out under its own name, as the runtime walks it
+            shutil.copytree(TASK_ROOT / rel, workspace / Path(rel).name, dirs_exist_ok=True)
+        else:
+            shutil.copy2(TASK_ROOT / rel, workspace / Path(rel).name)
     for rel in task["dataset_configs"]:
         dataset = load_dataset(rel)
         shutil.copytree(TASK_ROOT / dataset["data_path"], workspace / "data", dirs_exist_ok=True)
@@ -144,7 +148,8 @@ def test_task_config_is_well_formed(task_id, tmp_path):
     assert set(task) <= TASK_KEYS, set(task) - TASK_KEYS
     assert task["id"] == task_id
     assert isinstance(task["name"], str) and task["name"]
-    assert task["task_entrypoint"] == ("CSVSubmissionTasks" if task_id in CSV_TASKS else "PythonSubmissionTasks")
+    csv = task_id in CSV_TASKS or task_id in ONE_NUMBER_TASKS
+    assert task["task_entrypoint"] == ("CSVSubmissionTasks" if csv else "PythonSubmissionTasks")
     assert isinstance(task["training_timeout"], int) and task["training_timeout"] > 0
     assert task["use_generic_conda"] is True
     assert task["evaluation_read_only"] is True
@@ -161,7 +166,7 @@ def test_task_config_is_well_formed(task_id, tmp_path):
         description.format(dataset_docs="docs")
 
     for rel in task["starter_code"]:
-        assert (TASK_ROOT / rel).is_file(), rel
+        assert (TASK_ROOT / rel).exists(), rel  # a file, or a folder laid out under its own name
     if "sample_submission" in task:
         assert (TASK_ROOT / task["sample_submission"]).is_file()
     for rel in task["dataset_configs"]:
