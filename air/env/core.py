@@ -120,6 +120,7 @@ class MLGymCore(RolloutEnding):
             command_timeout=s.command_timeout,
             long_command_timeout=s.long_command_timeout,
             observation_max_chars=s.observation_max_chars,
+            brief=s.prompt_style == "brief",
         )
         found = []
         for task in self.tasks.values():

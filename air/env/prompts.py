@@ -25,6 +25,15 @@ BUILTIN_COMMANDS = """\
 - submit: evaluate your current submission and end the episode. Submit when you are done."""
 
 
+BRIEF_FORMAT = """\
+Reply with a sentence of reasoning, then exactly one command in one fenced code block, like this:
+
+I will look at the files first.
+```bash
+ls -la
+```"""
+
+
 def system_prompt(
     *,
     tools: ToolSet | None,
@@ -32,7 +41,16 @@ def system_prompt(
     command_timeout: float,
     long_command_timeout: float | None,
     observation_max_chars: int,
+    brief: bool = False,
 ) -> str:
+    replies = f"{max_turns} {'reply' if max_turns == 1 else 'replies'}"
+    if brief:  # a small model's prompt: what a reply must look like and how the score is taken, nothing else
+        return f"""\
+You work on one machine-learning task in a Linux container, in {WORKSPACE}. Each reply runs one shell
+command there. The command validate scores your submission. You have {replies}; then your workspace
+is scored as it is.
+
+{BRIEF_FORMAT}"""
     commands = BUILTIN_COMMANDS if tools is None else _mlgym_commands(tools)
     long_limit = f"{long_command_timeout:g} s" if long_command_timeout else "the task's training time limit"
     return f"""\
@@ -43,7 +61,7 @@ COMMANDS
 {commands}
 
 LIMITS
-- You have {max_turns} replies. When they run out, your workspace is evaluated as it is.
+- You have {replies}. When they run out, your workspace is evaluated as it is.
 - A command may run for {command_timeout:g} s ({long_limit} when it runs python, torchrun, accelerate or
   deepspeed); then it is interrupted. Long output is cut to {observation_max_chars} characters (its start
   and end are kept), so print summaries rather than whole files.

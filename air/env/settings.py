@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -63,6 +63,11 @@ class MLGymEnvSettings(BaseModel):
     )
     observation_max_chars: int = Field(
         default=6000, ge=200, description="Longest observation shown to the model (head and tail kept)."
+    )
+    prompt_style: Literal["full", "brief"] = Field(
+        default="full",
+        description="'full': every command, limit and the reply format spelled out; 'brief': the reply format "
+        "and validate in a few lines (a small model's prompt, a third of the tokens).",
     )
     max_consecutive_format_errors: int = Field(
         default=3, ge=0, description="End the rollout after this many malformed replies in a row (0: never)."
