@@ -5,7 +5,7 @@ The batch is written by prime-rl's own code in its own format (``air_prime_rl.rl
 trainer is its real entry, started as ``air rehearse --trainer`` starts it (``torch.distributed.run``, one
 process, CUDA calls to the CPU where there is no GPU), with prime-rl's default loss and optimizer (AdamW, grad
 clipping, weight decay) at our configs' learning rate; its update comes back as the filesystem broadcast
-``broadcasts/step_1/`` (bfloat16, whatever the trainer computes in), loaded into a copy of the model as the
+``broadcasts/step_1/`` (float32 on a CPU, air_prime_rl.served_weights; bfloat16 on a GPU), loaded into a copy of the model as the
 scripted server loads one. log p(completion | prompt) is measured outside the trainer, with transformers, under
 the start weights rounded as a broadcast rounds them and under that broadcast: both as inference would see
 them. The completion logprobs the batch carries are the start weights' own (float32), so the trainer's
@@ -104,7 +104,7 @@ def completion_logprobs(model, prompt: list[int], completion: list[int]) -> list
 def load(model_dir: Path, broadcast: Path | None = None, *, rounded_as: Path | None = None):
     """The model under its start weights, or under the full weights of ``broadcast`` (loaded as the scripted
     server loads one); ``rounded_as``: the start weights rounded to that broadcast's dtype, as a broadcast of
-    them holds them (prime-rl publishes bfloat16 whatever it trains in; 559b447's start-up broadcast does)."""
+    them holds them (a no-op for a float32 broadcast; bfloat16 where prime-rl publishes that)."""
     import torch
     from safetensors import safe_open
     from transformers import AutoModelForCausalLM

@@ -246,6 +246,8 @@ PRIME_RL_VENV_PROVIDES = {
     "msgspec",  # classic.entry: prime-rl's own batch decoder (TrainingBatch is a msgspec struct)
     "tomli_w",  # classic.entry, classic.trainer: the derived configs written as TOML, as prime-rl writes them
     "flash_attn",  # v1.trainer: whether flash-attn is real or the import-only stand-in (stand_ins/cpu)
+    "transformers",  # score_texts: the trainer's weights run as transformers runs them (a prime-rl dependency)
+    "safetensors",  # score_texts: the broadcast folder's files, as prime-rl writes them
 }
 
 

@@ -13,6 +13,8 @@ each for something in prime-rl that assumes a GPU (docs/prime-rl-cpu.md has the 
   code, at both pins): every "cuda" device is the CPU, gloo for NCCL, float32 FSDP compute, MFU not divided
   by a GPU's peak (air_prime_rl.cpu_torch, .v1.cpu, .classic.trainer), and today's flash-attn varlen call
   computed by torch SDPA where flash-attn is the import-only stand-in (c87c19b's config names sdpa).
+- weights (air_prime_rl.served_weights): the trainer's broadcast in float32 on a CPU, as vLLM serves it there;
+  559b447's reload re-ties a tied LM head to its new embedding (GPU or not: vLLM 0.26's layerwise reload).
 
 stdlib only at install time; torch and prime-rl are imported when a patch applies.
 """
@@ -78,9 +80,30 @@ def patch_trainer(_perf_module) -> None:
     print(f"[air_prime_rl.cpu_rl] no GPU here: the trainer runs on the CPU ({how})", file=sys.stderr)
 
 
+def patch_broadcast_dtype(name: str) -> Callable:
+    def patch(weights_module) -> None:
+        if _no_gpu():
+            from air_prime_rl.served_weights import broadcast_in_float32
+
+            broadcast_in_float32(weights_module, name)
+
+    return patch
+
+
+def patch_reload(filesystem_module) -> None:
+    if hasattr(filesystem_module, "load_weights_checkpoint_layerwise"):  # 559b447's layerwise reload
+        from air_prime_rl.served_weights import retie_after_reload
+
+        retie_after_reload(filesystem_module)
+
+
 PATCHES: dict[str, Callable] = {
     "prime_rl.utils.process": patch_launcher,
     "prime_rl.trainer.perf": patch_trainer,
+    # the policy that samples is the one that trains (air_prime_rl.served_weights)
+    "prime_rl.utils.weights": patch_broadcast_dtype("gather_weights_parallel"),  # 559b447
+    "prime_rl.trainer.weights": patch_broadcast_dtype("gather_weights_on_master"),  # c87c19b
+    "prime_rl.inference.vllm.worker.filesystem": patch_reload,
 }
 
 

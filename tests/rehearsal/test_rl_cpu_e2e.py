@@ -26,6 +26,7 @@ import pytest
 from rigs.host_lock import host_lock
 from rigs.patience import backstop
 from rigs.prime_rl_inference import inference_server, load_weights, sample_logprob
+from rigs.served_vs_trained import compare
 from tests.conftest import PRIME_RL_RUNS, unavailable
 from tests.opt_in import prime_rl_cpu_checkout
 
@@ -120,7 +121,13 @@ def _session(process: psutil.Process) -> int | None:
         return None
 
 
-def check_served_and_moved(venv: Path, inference_config: Path, broadcasts: Path, inference_log: str, tmp_path: Path):
+def check_served_and_moved(
+    venv: Path, inference_config: Path, broadcasts: Path, inference_log: str, model: Path, tmp_path: Path
+):
+    """vLLM served the rollouts and loaded each broadcast by prime-rl's route; loaded again into a fresh server,
+    the last broadcast moves a fixed sample's logprob, and the served logprobs of fixed texts equal the same
+    broadcast run in transformers, token by token, in the sampler's dtype (rigs/served_vs_trained.py: the
+    tolerance and why). Fails on a bfloat16 broadcast to a float32 sampler and on an LM head left behind."""
     assert re.search(r'POST /(inference/)?v1/(chat/completions|generate) HTTP/1.1" 200', inference_log)
     assert re.search(r'POST /update_weights HTTP/1.1" 200', inference_log)  # the trainer's weights, prime-rl's route
     last = broadcasts / f"step_{STEPS}"
@@ -129,7 +136,11 @@ def check_served_and_moved(venv: Path, inference_config: Path, broadcasts: Path,
         before = sample_logprob(base)
         load_weights(base, last)
         after = sample_logprob(base)
+        served = compare(base, venv, model, last)
     assert abs(after - before) > 1e-3, (before, after)
+    assert served["weights_dtypes"] == ["float32"], served  # what the trainer holds and vLLM serves on a CPU
+    assert served["tied"] and not served["unexpected"], served
+    assert served["within_tolerance"], served
 
 
 @pytest.mark.timeout(3600)
@@ -138,9 +149,8 @@ def test_rl_on_the_cpu_against_559b447(tmp_path, docker_image, smollm2):
         prime_rl_cpu_checkout("v1"), "install_prime_rl.sh --cpu --commit 559b447, AIR_TEST_PRIME_RL_V1_CPU_DIR"
     )
     out = tmp_path / "out"
-    code, output, left = run_rl(
-        checkout, shipped_config("v1", docker_image, tmp_path), model_folder(smollm2, tmp_path), out, "v1"
-    )
+    model = model_folder(smollm2, tmp_path)
+    code, output, left = run_rl(checkout, shipped_config("v1", docker_image, tmp_path), model, out, "v1")
     assert code == 0, output[-3000:]
     assert "Training finished" in output and not left, left
     (run,) = [p for p in out.iterdir() if (p / "configs").is_dir()]
@@ -148,7 +158,7 @@ def test_rl_on_the_cpu_against_559b447(tmp_path, docker_image, smollm2):
     assert all(f"Step {step} |" in orchestrator for step in range(1, STEPS + 1))
     inference_log = (run / "logs" / "attempt_1" / "inference.log").read_text(errors="replace")
     venv = checkout / ".venv-orchestrator"
-    check_served_and_moved(venv, run / "configs" / "inference.json", run / "broadcasts", inference_log, tmp_path)
+    check_served_and_moved(venv, run / "configs" / "inference.json", run / "broadcasts", inference_log, model, tmp_path)
 
 
 @pytest.mark.timeout(3600)
@@ -169,7 +179,7 @@ def test_rl_on_the_cpu_against_c87c19b(tmp_path, docker_image, smollm2):
         f'[model]\nname = "{model}"\ndtype = "float32"\nenforce_eager = true\nmax_model_len = 2048\n'
     )
     venv = checkout / ".venv-orchestrator"
-    check_served_and_moved(venv, inference_config, out / "run_default" / "broadcasts", inference_log, tmp_path)
+    check_served_and_moved(venv, inference_config, out / "run_default" / "broadcasts", inference_log, model, tmp_path)
 
 
 def test_the_image_is_the_only_change_to_the_cpu_configs(tmp_path):

@@ -1,0 +1,109 @@
+"""Is the policy that samples the policy that trains? After prime-rl's route loads a broadcast into its vLLM
+server, fixed texts' per-token logprobs through the server against the same broadcast run in transformers, in
+the sampler's dtype (prime_rl_side/air_prime_rl/score_texts.py, in prime-rl's venv).
+
+Shared by tests/rehearsal/test_rl_cpu_e2e.py (both pins, the real trainer's last broadcast) and
+benchmarks/learning.py (the mismatch per step of a run).
+
+TOLERANCE, per token, in nats: the same float32 weights through vLLM's CPU kernels and through transformers'
+differ by what summation order does to float32 logits (measured up to ~2e-5 on SmolLM2: experiments.md).
+What the check must catch is ten to a thousand times larger: one training step at lr 1e-5 moves a token's
+logprob by 1e-3 to 1e-2, rounding the weights to bfloat16 by ~1e-2, an LM head left at the base values while
+the tied embedding moved by as much as the step moved it. 1e-3 sits between: 50x the kernels' noise, below
+one step's effect.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+from pathlib import Path
+
+import httpx
+
+from rigs.prime_rl_inference import served_model
+
+TOLERANCE = 1e-3
+# Fixed texts: a chat prompt in SmolLM2's template and a reply, as the env's turns look.
+FIXED_TEXTS = (
+    (
+        "<|im_start|>user\nWhich command validates the submission?<|im_end|>\n<|im_start|>assistant\n",
+        "I will score it.\n```bash\nvalidate\n```<|im_end|>",
+    ),
+    (
+        "<|im_start|>system\nReply with one command in a bash block.<|im_end|>\n<|im_start|>user\n"
+        "Set the penalty to 10.<|im_end|>\n<|im_start|>assistant\n",
+        "Let me try a penalty of 10 and score it.\n```bash\necho 10 > submission.csv && validate\n```<|im_end|>",
+    ),
+)
+
+
+def tokenize(base: str, text: str) -> list[int]:
+    reply = httpx.post(
+        f"{base}/tokenize", json={"model": served_model(base), "prompt": text, "add_special_tokens": False}, timeout=60
+    )
+    reply.raise_for_status()
+    return reply.json()["tokens"]
+
+
+def served_token_logprobs(base: str, prompt_ids: list[int], completion_ids: list[int]) -> list[float]:
+    """Each completion token's logprob under the served weights (vLLM's prompt_logprobs)."""
+    full = prompt_ids + completion_ids
+    reply = httpx.post(
+        f"{base}/v1/completions",
+        json={"model": served_model(base), "prompt": full, "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": 0},
+        timeout=300,
+    )
+    reply.raise_for_status()
+    scored = reply.json()["choices"][0]["prompt_logprobs"]
+    return [float(scored[i][str(full[i])]["logprob"]) for i in range(len(prompt_ids), len(full))]
+
+
+def samples(base: str) -> list[dict[str, list[int]]]:
+    found = []
+    for prompt, completion in FIXED_TEXTS:
+        prompt_ids, full_ids = tokenize(base, prompt), tokenize(base, prompt + completion)
+        if full_ids[: len(prompt_ids)] != prompt_ids:
+            raise ValueError(f"{completion!r} does not tokenize apart from its prompt")
+        found.append({"prompt_ids": prompt_ids, "completion_ids": full_ids[len(prompt_ids) :]})
+    return found
+
+
+def trained_token_logprobs(
+    venv: Path, model_dir: Path, weights_dir: Path | None, texts: list[dict], dtype: str = "float32"
+) -> dict:
+    """score_texts in prime-rl's venv: the broadcast's weights in transformers."""
+    request = {"model_dir": str(model_dir), "weights_dir": str(weights_dir) if weights_dir else None,
+               "dtype": dtype, "samples": texts}  # fmt: skip
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as file:
+        json.dump(request, file)
+        file.flush()
+        done = subprocess.run(
+            [str(venv / "bin" / "python"), "-m", "air_prime_rl.score_texts", file.name],
+            capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"score_texts exited {done.returncode}: {done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def compare(base: str, venv: Path, model_dir: Path, weights_dir: Path | None, dtype: str = "float32") -> dict:
+    """The served weights (whatever the server holds now) against ``weights_dir`` run in transformers."""
+    texts = samples(base)
+    served = [served_token_logprobs(base, t["prompt_ids"], t["completion_ids"]) for t in texts]
+    trained = trained_token_logprobs(venv, model_dir, weights_dir, texts, dtype)
+    pairs = zip(served, trained["logprobs"], strict=True)
+    differences = [abs(a - b) for s, t in pairs for a, b in zip(s, t, strict=True)]
+    return {
+        "max_abs_diff": max(differences),
+        "mean_abs_diff": sum(differences) / len(differences),
+        "tokens": len(differences),
+        "served_sums": [sum(s) for s in served],
+        "trained_sums": [sum(t) for t in trained["logprobs"]],
+        "weights_dtypes": trained["weights_dtypes"],
+        "missing": trained["missing"],
+        "unexpected": trained["unexpected"],
+        "tied": trained["tied"],
+        "within_tolerance": max(differences) <= TOLERANCE,
+    }
