@@ -1,15 +1,15 @@
-"""The RL signal guard's harness: one step of prime-rl's own trainer on a fixed batch of two completions of
-one prompt, with advantages +A and -A, and the completions' logprobs before and after it.
+"""The RL signal guard's harness: one step of prime-rl's own trainer on a fixed batch of two completions of one
+prompt, with advantages +A and -A, and the completions' logprobs before and after it.
 
 The batch is written by prime-rl's own code in its own format (``air_prime_rl.rl_signal`` in its venv); the
 trainer is its real entry, started as ``air rehearse --trainer`` starts it (``torch.distributed.run``, one
 process, CUDA calls to the CPU where there is no GPU), with prime-rl's default loss and optimizer (AdamW, grad
 clipping, weight decay) at our configs' learning rate; its update comes back as the filesystem broadcast
-``broadcasts/step_1/`` (float32 on a CPU, air_prime_rl.served_weights; bfloat16 on a GPU), loaded into a copy of the model as the
-scripted server loads one. log p(completion | prompt) is measured outside the trainer, with transformers, under
-the start weights rounded as a broadcast rounds them and under that broadcast: both as inference would see
-them. The completion logprobs the batch carries are the start weights' own (float32), so the trainer's
-importance ratio starts at 1, as after a real rollout.
+``broadcasts/step_1/`` (float32 on a CPU: air_prime_rl.served_weights; bfloat16 on a GPU), loaded into a
+copy of the model as the scripted server loads one. log p(completion | prompt) is measured outside the trainer,
+with transformers, under the start weights rounded as a broadcast rounds them and under that broadcast: both as
+inference would see them. The completion logprobs the batch carries are the start weights' own (float32), so
+the trainer's importance ratio starts at 1, as after a real rollout.
 
 Shared by tests/rehearsal/test_rl_signal.py (and whoever wants the figures).
 """
