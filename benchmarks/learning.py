@@ -202,7 +202,8 @@ def main() -> int:
         return 0
     for seed, arms in seeds.items():
         for label, arm in arms.items():
-            print(f"\nseed {seed}, {label} (lr {arm['lr']:g}, {arm['seconds']:.0f} s)\n{table(arm)}")
+            took = "?" if arm.get("seconds") is None else f"{arm['seconds']:.0f}"
+            print(f"\nseed {seed}, {label} (lr {arm['lr']:g}, {took} s)\n{table(arm)}")
     print(json.dumps(result["comparison"], indent=1))
     print(f"PNG: {args.png}")
     return 0
