@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -29,8 +30,6 @@ from rigs.served_vs_trained import TOLERANCE, compare  # noqa: E402
 
 def rounded_to_bfloat16(venv: Path, weights: Path, into: Path) -> Path:
     """A copy of a broadcast folder with every tensor rounded to bfloat16 (prime-rl's own default before)."""
-    import subprocess
-
     into.mkdir(parents=True, exist_ok=True)
     for item in weights.iterdir():
         if item.suffix != ".safetensors" and item.is_file():

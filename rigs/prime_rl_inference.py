@@ -36,27 +36,38 @@ def served_model(base: str) -> str:
     return httpx.get(f"{base}/v1/models", timeout=30).json()["data"][0]["id"]
 
 
-def sample_logprob(base: str, prompt: str = SAMPLE_PROMPT, completion: str = SAMPLE_COMPLETION) -> float:
-    """log p(completion | prompt) under the served weights: the completion tokens' prompt logprobs, summed."""
-    model = served_model(base)
-    tokenize = lambda text: httpx.post(  # noqa: E731
-        f"{base}/tokenize", json={"model": model, "prompt": text, "add_special_tokens": False}, timeout=60
-    ).json()["tokens"]
-    prompt_ids, full_ids = tokenize(prompt), tokenize(prompt + completion)
-    if full_ids[: len(prompt_ids)] != prompt_ids or len(full_ids) == len(prompt_ids):
-        raise ValueError("the completion does not tokenize apart from the prompt")
+def tokenize(base: str, text: str) -> list[int]:
+    reply = httpx.post(
+        f"{base}/tokenize", json={"model": served_model(base), "prompt": text, "add_special_tokens": False}, timeout=60
+    )
+    reply.raise_for_status()
+    return reply.json()["tokens"]
+
+
+def served_token_logprobs(base: str, prompt_ids: list[int], completion_ids: list[int]) -> list[float]:
+    """Each completion token's logprob under the served weights (vLLM's prompt_logprobs)."""
+    full = prompt_ids + completion_ids
     reply = httpx.post(
         f"{base}/v1/completions",
-        json={"model": model, "prompt": full_ids, "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": 0},
+        json={"model": served_model(base), "prompt": full, "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": 0},
         timeout=300,
     )
     reply.raise_for_status()
     scored = reply.json()["choices"][0]["prompt_logprobs"]
-    total = 0.0
-    for position in range(len(prompt_ids), len(full_ids)):
-        entry = scored[position][str(full_ids[position])]
-        total += float(entry["logprob"])
-    return total
+    return [float(scored[i][str(full[i])]["logprob"]) for i in range(len(prompt_ids), len(full))]
+
+
+def split_ids(base: str, prompt: str, completion: str) -> tuple[list[int], list[int]]:
+    """The prompt's token ids and the completion's, as the served model tokenizes them together."""
+    prompt_ids, full_ids = tokenize(base, prompt), tokenize(base, prompt + completion)
+    if full_ids[: len(prompt_ids)] != prompt_ids or len(full_ids) == len(prompt_ids):
+        raise ValueError(f"{completion!r} does not tokenize apart from its prompt")
+    return prompt_ids, full_ids[len(prompt_ids) :]
+
+
+def sample_logprob(base: str, prompt: str = SAMPLE_PROMPT, completion: str = SAMPLE_COMPLETION) -> float:
+    """log p(completion | prompt) under the served weights: the completion tokens' prompt logprobs, summed."""
+    return sum(served_token_logprobs(base, *split_ids(base, prompt, completion)))
 
 
 def load_weights(base: str, weight_dir: Path) -> None:

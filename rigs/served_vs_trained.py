@@ -20,9 +20,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-import httpx
-
-from rigs.prime_rl_inference import served_model
+from rigs.prime_rl_inference import served_token_logprobs, split_ids
 
 TOLERANCE = 1e-3
 # Fixed texts: a chat prompt in SmolLM2's template and a reply, as the env's turns look.
@@ -39,34 +37,11 @@ FIXED_TEXTS = (
 )
 
 
-def tokenize(base: str, text: str) -> list[int]:
-    reply = httpx.post(
-        f"{base}/tokenize", json={"model": served_model(base), "prompt": text, "add_special_tokens": False}, timeout=60
-    )
-    reply.raise_for_status()
-    return reply.json()["tokens"]
-
-
-def served_token_logprobs(base: str, prompt_ids: list[int], completion_ids: list[int]) -> list[float]:
-    """Each completion token's logprob under the served weights (vLLM's prompt_logprobs)."""
-    full = prompt_ids + completion_ids
-    reply = httpx.post(
-        f"{base}/v1/completions",
-        json={"model": served_model(base), "prompt": full, "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": 0},
-        timeout=300,
-    )
-    reply.raise_for_status()
-    scored = reply.json()["choices"][0]["prompt_logprobs"]
-    return [float(scored[i][str(full[i])]["logprob"]) for i in range(len(prompt_ids), len(full))]
-
-
 def samples(base: str) -> list[dict[str, list[int]]]:
     found = []
     for prompt, completion in FIXED_TEXTS:
-        prompt_ids, full_ids = tokenize(base, prompt), tokenize(base, prompt + completion)
-        if full_ids[: len(prompt_ids)] != prompt_ids:
-            raise ValueError(f"{completion!r} does not tokenize apart from its prompt")
-        found.append({"prompt_ids": prompt_ids, "completion_ids": full_ids[len(prompt_ids) :]})
+        prompt_ids, completion_ids = split_ids(base, prompt, completion)
+        found.append({"prompt_ids": prompt_ids, "completion_ids": completion_ids})
     return found
 
 
