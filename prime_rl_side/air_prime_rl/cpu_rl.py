@@ -14,7 +14,7 @@ each for something in prime-rl that assumes a GPU (docs/prime-rl-cpu.md has the 
   by a GPU's peak (air_prime_rl.cpu_torch, .v1.cpu, .classic.trainer), and today's flash-attn varlen call
   computed by torch SDPA where flash-attn is the import-only stand-in (c87c19b's config names sdpa).
 - weights (air_prime_rl.served_weights): the trainer's broadcast in float32 on a CPU, as vLLM serves it there;
-  559b447's reload re-ties a tied LM head to its new embedding (GPU or not: vLLM 0.26's layerwise reload).
+  559b447's reload processes a tied LM head anew (GPU or not: vLLM 0.26's layerwise reload skips it).
 
 stdlib only at install time; torch and prime-rl are imported when a patch applies.
 """
