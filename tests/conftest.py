@@ -75,8 +75,11 @@ DOCKER_FIXTURES = {"docker_image", "quota_engine", "second_engine", "slurm_clust
 SECOND_ENGINES = {"quota_engine", "second_engine", "slurm_cluster", "new_slurm_cluster"}  # a Slurm node: an engine
 AT_THE_LIMITS = {"test_red_team_container.py", "test_red_team_masking.py"}
 ONE_AT_A_TIME = "one_at_a_time"
-# The memory-heavy prime-rl runs (rl, --trainer rehearsals) share another, one at a time (2-9 GiB each).
+# The memory-heavy prime-rl runs share another, one at a time: --trainer rehearsals and prime-rl's vLLM (2-4 GiB
+# each). prime-rl's whole `rl` (vLLM, trainer and orchestrator: about 12 GiB) has a third of its own, beside them:
+# in one chain they were 46 of CI's 50 minutes (2026-12-06), with the other workers done long before.
 PRIME_RL_RUNS = "prime_rl_runs"
+PRIME_RL_RL = "prime_rl_rl"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -27,10 +27,10 @@ from rigs.host_lock import host_lock
 from rigs.patience import backstop
 from rigs.prime_rl_inference import inference_server, load_weights, sample_logprob
 from rigs.served_vs_trained import compare
-from tests.conftest import PRIME_RL_RUNS, unavailable
+from tests.conftest import PRIME_RL_RL, unavailable
 from tests.opt_in import prime_rl_cpu_checkout
 
-pytestmark = pytest.mark.xdist_group(PRIME_RL_RUNS)
+pytestmark = pytest.mark.xdist_group(PRIME_RL_RL)
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 3

@@ -24,11 +24,13 @@ def test_each_task_kind_has_a_budget_that_fits_it():
 async def test_a_slow_strategy_runs_out_of_the_evaluation_budget(tmp_path, docker_image):
     slow = "import time\ntime.sleep(1.5)"  # every call, well under the per-call limit
     commands = [plant("", wrap(slow)), "validate", RESTORE, "validate"]
-    # 15 s: the honest evaluation after it (about 1 s alone) must fit it on a loaded host too (6 s did not, beside
-    # a benchmark); the slow one (1.5 s a call, 20,000 calls) passes any budget.
-    output, record = await run_attack(tmp_path, docker_image, commands, evaluation_timeout=15)
+    # The honest evaluation after it (about 1 s alone: ~100,000 calls, each a round trip between two processes)
+    # must fit the same budget on a loaded host: 6 s did not beside a benchmark, 15 s did not in CI (load ~12,
+    # where each round trip waits for the scheduler twice). The slow one (1.5 s a call, 20,000 calls) passes any.
+    budget = 60
+    output, record = await run_attack(tmp_path, docker_image, commands, evaluation_timeout=budget)
     check_rollout(output, record)  # not masked, nothing forged
     slow_one = record.turns[1].evaluation
     assert slow_one.status == "evaluation_failed" and slow_one.score is None, slow_one
-    assert "budget of 15 s" in slow_one.error, slow_one.error
+    assert f"budget of {budget} s" in slow_one.error, slow_one.error
     honest_evaluation(record, 3)  # the agent's processes were resumed; the next evaluation is whole
