@@ -16,3 +16,8 @@ def host_lock(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+# prime-rl's `rl` takes fixed ports (air/launch/rl_checks.py): the tests that run it, or that hold those ports to see
+# it refused, take this lock, across workers and suites.
+RL_PORTS_LOCK = Path("/tmp/air-test-prime-rl-rl.lock")

