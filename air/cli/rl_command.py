@@ -83,10 +83,13 @@ def plan(argv: list[str]) -> tuple[Install, list[str], dict[str, str], Path]:
     if config.generation == "classic" and model.startswith("/") and not _value(args, "--trainer.tokenizer.name"):
         args += ["--trainer.tokenizer.name", model]  # c87c19b's trainer takes its tokenizer from its own key
 
-    problem = docker_problem(images_named(config.data, config.generation) or [_default_image()])
-    problem = problem or busy_port_problem(config.generation, max(1, len(sources(config.data))))
-    if problem:
-        raise UsageProblem(problem)
+    # This host's Docker and ports matter when the run is this host's: not for one submitted to Slurm (a `slurm`
+    # table, or the overlays that bring one), whose nodes are checked by `air check`.
+    if args.count("@") == 1 and "slurm" not in config.data:
+        problem = docker_problem(images_named(config.data, config.generation) or [_default_image()])
+        problem = problem or busy_port_problem(config.generation, max(1, len(sources(config.data))))
+        if problem:
+            raise UsageProblem(problem)
 
     venv = install.venv
     env = {**os.environ, "UV_PROJECT": str(install.root), "UV_PROJECT_ENVIRONMENT": str(venv), "UV_NO_SYNC": "1"}

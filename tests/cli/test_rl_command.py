@@ -163,3 +163,14 @@ def test_which_says_each_generations_install_and_the_registry(tmp_path):
         f"v1: prime-rl 559b447 (CPU) at {install.root} (recorded in {registry_path()})",
         f"(recorded in {registry_path()}; `rl --prime-rl DIR @ ...` uses another for one run)",
     ]
+
+
+def test_a_run_for_slurm_skips_this_hosts_docker_and_ports(tmp_path, tiny_model_dir):
+    """A second `@` file (prime-rl's Slurm table, a fleet overlay): the run is the cluster's, not this host's."""
+    record(fake_install(tmp_path / "559", "v1"))
+    (tmp_path / "slurm.toml").write_text("[slurm]\njob_name = 'x'\n")
+    out = tmp_path / "seen.json"
+    done = rl("@", str(V1_CPU), "@", str(tmp_path / "slurm.toml"), "--model.name", str(tiny_model_dir),
+              DOCKER_HOST=f"unix://{tmp_path}/no.sock", FAKE_RL_OUT=str(out))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(out.read_text())["argv"][1:5] == ["@", str(V1_CPU), "@", str(tmp_path / "slurm.toml")]
