@@ -21,6 +21,7 @@ from air.launch.config_files import ConfigLoadError, load_config
 from air.launch.config_v1 import sources
 from air.launch.installs import Install, InstallProblem, install_for, recorded, registry_path
 from air.launch.rl_checks import busy_port_problem, docker_problem, images_named, model_folder_problem
+from air.launch.rl_runs import remember_rl_run
 from air.serving.models.smollm2 import default_smollm2_dir
 
 SMOLLM2_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -138,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rl: {exc}", file=sys.stderr)
         return 2
     print(f"rl: {install.describe()}", file=sys.stderr, flush=True)
+    output.mkdir(parents=True, exist_ok=True)
+    remember_rl_run(output)  # `air view` with no folder opens it, during the run too
     child = subprocess.Popen(command, env=env)
     previous = signal.signal(signal.SIGTERM, lambda *_: child.send_signal(signal.SIGTERM))
     try:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from air.cli.errors import CommandError
 from air.cli.help import DefaultsHelpFormatter
+from air.launch.rl_runs import last_rl_run
 from air.viewer.launch import (
     DEFAULT_PORT,
     INSTALL_HINT,
@@ -33,8 +34,10 @@ def register_view(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "directory",
         metavar="DIR",
+        nargs="?",
         help="a folder of runs or trajectories, at any depth: outputs/standalone (every standalone run), one "
-        "run's folder, outputs/trajectories (prime-rl's) or an MLGym trajectory folder",
+        "run's folder, outputs/trajectories (prime-rl's) or an MLGym trajectory folder; none: the folder of "
+        "the last `uv run rl` on this machine",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on; 0.0.0.0 listens on every interface")
     parser.add_argument("--port", type=int, help=f"port (default: {DEFAULT_PORT}, or the next free one)")
@@ -49,7 +52,12 @@ def cmd_view(args: argparse.Namespace) -> int:
     in use is refused."""
     if importlib.util.find_spec("streamlit") is None:
         raise CommandError(f"the viewer needs Streamlit, which this environment lacks: {INSTALL_HINT}")
-    directory = Path(args.directory).expanduser()
+    if args.directory is None:
+        last = last_rl_run()
+        if last is None:
+            raise CommandError("no DIR given and no `uv run rl` recorded on this machine: give the folder to open")
+        print(f"the last rl run's folder: {last}", flush=True)
+    directory = Path(args.directory).expanduser() if args.directory is not None else last
     if not directory.is_dir():
         raise CommandError(f"{directory}: no such folder (give the folder holding the trajectories)")
     directory = directory.resolve()

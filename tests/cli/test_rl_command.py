@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from air.launch.installs import inspect, install_for, record, registry_path
+from air.launch.rl_runs import last_rl_run
 from rigs.host_lock import RL_PORTS_LOCK, host_lock
 from rigs.patience import backstop
 from tests.conftest import PRIME_RL_RL
@@ -151,6 +152,7 @@ def test_checks_passed_the_recorded_install_runs_from_this_folder(generation, tm
     first, last = done.stderr.strip().splitlines()[0], done.stderr.strip().splitlines()[-1]
     assert first == f"rl: {install_for(generation).describe()}"  # the install, found by its record
     assert last == f"rl: exit 0; the run's folder: {ROOT / 'outputs'}; open it: uv run air view {ROOT / 'outputs'}"
+    assert last_rl_run() == ROOT / "outputs"  # `air view` alone opens it
 
 
 def test_which_says_each_generations_install_and_the_registry(tmp_path):

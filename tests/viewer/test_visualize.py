@@ -279,6 +279,26 @@ def test_air_view_refuses_a_missing_folder_naming_it(tmp_path: Path, capsys) -> 
     assert f"{tmp_path / 'nope'}: no such folder" in capsys.readouterr().err
 
 
+def test_air_view_with_no_folder_opens_the_last_rl_runs(tmp_path: Path, capsys) -> None:
+    """`uv run rl` records its run's folder; `air view` alone takes it (here up to the port it refuses)."""
+    import socket
+
+    from air.cli.main import main
+    from air.launch.rl_runs import remember_rl_run
+
+    assert main(["view"]) == 1
+    assert "no DIR given and no `uv run rl` recorded on this machine" in capsys.readouterr().err
+    run = tmp_path / "outputs"
+    run.mkdir()
+    remember_rl_run(run)
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        assert main(["view", "--port", str(held.getsockname()[1])]) == 1
+    out, err = capsys.readouterr()
+    assert out.splitlines()[0] == f"the last rl run's folder: {run}" and "in use" in err, (out, err)
+
+
 def test_air_view_serves_the_folder_on_loopback_with_streamlits_own_options(tmp_path: Path) -> None:
     from air.viewer.launch import APP, streamlit_arguments
 
