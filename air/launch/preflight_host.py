@@ -135,7 +135,11 @@ def check_prime_rl(ctx: PreflightContext) -> Iterator[CheckRow]:
         yield CheckRow("prime-rl venv", "fail", "; ".join(problems), "bash scripts/install_prime_rl.sh")
     else:
         front = "v1 front" if generation == "v1" else "classic front"
-        yield CheckRow("prime-rl venv", "pass", f"air-agent {probe.get('air-agent')} ({front}), verifiers {version}")
+        yield CheckRow(
+            "prime-rl venv",
+            "pass",
+            f"air-mlgym {probe.get('air-mlgym')} ({front}), verifiers {version}, in {install.venv.name}",
+        )
 
 
 def _generation_rows(ctx: PreflightContext, root: Path, generation: str) -> Iterator[CheckRow]:

@@ -74,7 +74,7 @@ class PrimeRlInstall:
         script = (
             "import json, importlib.metadata as m\n"
             "out = {}\n"
-            "for name in ('verifiers', 'air-agent'):\n"
+            "for name in ('verifiers', 'air-mlgym'):\n"
             "    try: out[name] = m.version(name)\n"
             "    except m.PackageNotFoundError: out[name] = None\n"
             "try:\n"
