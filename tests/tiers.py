@@ -15,6 +15,7 @@ SLOW_TESTS: frozenset[str] = frozenset(
         "tests/rehearsal/test_rl_cpu_e2e.py::test_rl_on_the_cpu_against_559b447",
         "tests/rehearsal/test_rl_cpu_e2e.py::test_rl_on_the_cpu_against_c87c19b",
         "tests/rehearsal/test_rl_signal.py",  # a run of prime-rl's trainer per test: 15-30 s
+        "tests/cli/test_rl_command.py::test_a_typod_key_is_prime_rls_own_message_and_leaves_nothing",  # prime-rl's rl
         "tests/serving/test_prime_rl_vllm.py::test_prime_rl_serves_smollm2_and_loads_an_adapter_by_its_route",
         "tests/runs/test_standalone_vllm.py::test_smollm2_plays_through_prime_rls_vllm",
         "tests/fleet/test_gate_security.py::test_only_the_runs_key_gets_past_a_nodes_gate",

@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from air.launch.config_files import ConfigLoadError, load_config
@@ -141,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"rl: {install.describe()}", file=sys.stderr, flush=True)
     output.mkdir(parents=True, exist_ok=True)
     remember_rl_run(output)  # `air view` with no folder opens it, during the run too
+    started = time.time() - 1  # mtimes' granularity
     child = subprocess.Popen(command, env=env)
     previous = signal.signal(signal.SIGTERM, lambda *_: child.send_signal(signal.SIGTERM))
     try:
@@ -150,5 +152,15 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
     folder = output.resolve()
-    print(f"rl: exit {code}; the run's folder: {folder}; open it: uv run air view {folder}", file=sys.stderr)
+    if _written_since(folder, started):
+        print(f"rl: exit {code}; the run's folder: {folder}; open it: uv run air view {folder}", file=sys.stderr)
+    else:  # refused before it started anything (a typo'd key): its own message above says why
+        print(f"rl: prime-rl's rl ended with exit {code} before writing a run (its message is above)", file=sys.stderr)
     return code
+
+
+def _written_since(folder: Path, started: float) -> bool:
+    try:
+        return any(entry.stat().st_mtime >= started for entry in folder.iterdir())
+    except OSError:
+        return False

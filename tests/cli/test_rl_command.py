@@ -15,13 +15,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 from air.launch.installs import inspect, install_for, record, registry_path
 from air.launch.rl_runs import last_rl_run
 from rigs.host_lock import RL_PORTS_LOCK, host_lock
 from rigs.patience import backstop
-from tests.conftest import PRIME_RL_RL
+from tests.conftest import PRIME_RL_RL, unavailable
+from tests.opt_in import prime_rl_cpu_checkout
 
 ROOT = Path(__file__).resolve().parents[2]
 V1_CPU = ROOT / "configs" / "mlgym-v1" / "rl_cpu.toml"
@@ -32,6 +34,8 @@ import json, os, sys
 keys = ("UV_PROJECT", "UV_PROJECT_ENVIRONMENT", "UV_NO_SYNC", "VIRTUAL_ENV", "VLLM_CPU_KVCACHE_SPACE")
 seen = {{"argv": sys.argv, "cwd": os.getcwd(), "env": {{k: os.environ.get(k) for k in keys}}}}
 open(os.environ["FAKE_RL_OUT"], "w").write(json.dumps(seen))
+if "--output-dir" in sys.argv:  # a run writes its folder
+    open(os.path.join(sys.argv[sys.argv.index("--output-dir") + 1], "run.log"), "w").write("ran")
 """
 
 
@@ -136,14 +140,15 @@ def test_checks_passed_the_recorded_install_runs_from_this_folder(generation, tm
     (smollm2 / "config.json").write_text("{}")
     out = tmp_path / "seen.json"
     config = V1_CPU if generation == "v1" else CLASSIC_CPU
+    run = tmp_path / "run"
     with host_lock(RL_PORTS_LOCK):
-        done = rl("@", str(config.relative_to(ROOT)), "--max-steps", "1", AIR_CACHE_DIR=str(tmp_path / "cache"),
+        done = rl("@", str(config.relative_to(ROOT)), "--output-dir", str(run), AIR_CACHE_DIR=str(tmp_path / "cache"),
                   FAKE_RL_OUT=str(out))  # fmt: skip
     assert done.returncode == 0, done.stderr
     seen = json.loads(out.read_text())
     venv = install.root / ".venv-orchestrator"
     assert seen["argv"][0] == str(venv / "bin" / "rl") and seen["cwd"] == str(ROOT)
-    assert seen["argv"][1:5] == ["@", str(config), "--max-steps", "1"]
+    assert seen["argv"][1:5] == ["@", str(config), "--output-dir", str(run)]
     assert seen["argv"][5:7] == ["--model.name", str(smollm2)]
     tokenizer = ["--trainer.tokenizer.name", str(smollm2)] if generation == "classic" else []
     assert seen["argv"][7:] == tokenizer  # c87c19b takes its trainer's tokenizer from a key of its own
@@ -151,8 +156,8 @@ def test_checks_passed_the_recorded_install_runs_from_this_folder(generation, tm
                            "VIRTUAL_ENV": str(venv), "VLLM_CPU_KVCACHE_SPACE": "2"}  # fmt: skip
     first, last = done.stderr.strip().splitlines()[0], done.stderr.strip().splitlines()[-1]
     assert first == f"rl: {install_for(generation).describe()}"  # the install, found by its record
-    assert last == f"rl: exit 0; the run's folder: {ROOT / 'outputs'}; open it: uv run air view {ROOT / 'outputs'}"
-    assert last_rl_run() == ROOT / "outputs"  # `air view` alone opens it
+    assert last == f"rl: exit 0; the run's folder: {run}; open it: uv run air view {run}"
+    assert last_rl_run() == run  # `air view` alone opens it
 
 
 def test_which_says_each_generations_install_and_the_registry(tmp_path):
@@ -176,3 +181,29 @@ def test_a_run_for_slurm_skips_this_hosts_docker_and_ports(tmp_path, tiny_model_
               DOCKER_HOST=f"unix://{tmp_path}/no.sock", FAKE_RL_OUT=str(out))  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert json.loads(out.read_text())["argv"][1:5] == ["@", str(V1_CPU), "@", str(tmp_path / "slurm.toml")]
+
+
+@pytest.mark.xdist_group(PRIME_RL_RL)
+def test_a_typod_key_is_prime_rls_own_message_and_leaves_nothing(tmp_path, docker_image, tiny_model_dir):
+    """The TOML's keys are prime-rl's to check (opt-in: a real 559b447 --cpu install, AIR_TEST_PRIME_RL_V1_CPU_DIR;
+    CI sets it): its message names the key, before any process of the run starts."""
+    checkout = prime_rl_cpu_checkout("v1")
+    if checkout is None:
+        unavailable("a typo'd key through prime-rl's rl", "no 559b447 --cpu install: AIR_TEST_PRIME_RL_V1_CPU_DIR")
+    config = tmp_path / "rl.toml"
+    config.write_text(re.sub(r"(?m)^batch_size = 4 ", "bach_size = 4 ", V1_CPU.read_text()))
+    with host_lock(RL_PORTS_LOCK):
+        done = rl("--prime-rl", str(checkout), "@", str(config), "--model.name", str(tiny_model_dir),
+                  "--output-dir", str(tmp_path / "run"))  # fmt: skip
+        left = [
+            p.info["cmdline"]
+            for p in psutil.process_iter(["cmdline"])
+            if str(checkout) in " ".join(p.info["cmdline"] or [])
+        ]
+    output = done.stdout + done.stderr
+    assert done.returncode == 1 and "--orchestrator.bach-size" in output and "Extra inputs are not permitted" in output
+    assert (
+        done.stderr.strip().splitlines()[-1]
+        == "rl: prime-rl's rl ended with exit 1 before writing a run (its message is above)"
+    )
+    assert left == []  # nothing of the run is running
