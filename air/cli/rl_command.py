@@ -151,12 +151,27 @@ def main(argv: list[str] | None = None) -> int:
         code = child.wait()
     finally:
         signal.signal(signal.SIGTERM, previous)
+    _reap_what_the_run_left()
     folder = output.resolve()
     if _written_since(folder, started):
         print(f"rl: exit {code}; the run's folder: {folder}; open it: uv run air view {folder}", file=sys.stderr)
     else:  # refused before it started anything (a typo'd key): its own message above says why
         print(f"rl: prime-rl's rl ended with exit {code} before writing a run (its message is above)", file=sys.stderr)
     return code
+
+
+def _reap_what_the_run_left() -> None:
+    """prime-rl stops its orchestrator and env servers without their exit hooks: a warm pool's containers outlived
+    c87c19b's runs. Their owners are dead now, which is what the reaper removes (a live run's are kept)."""
+    from air.sandbox.removal import reap_orphans
+
+    try:
+        reaped = reap_orphans()
+    except Exception as exc:  # the engine gone at the end: say what is left and what removes it
+        print(f"rl: could not look for the run's containers ({exc}): `uv run air clean` removes them", file=sys.stderr)
+        return
+    if reaped:
+        print(f"rl: removed {len(reaped)} sandbox container(s) the run left behind", file=sys.stderr)
 
 
 def _written_since(folder: Path, started: float) -> bool:

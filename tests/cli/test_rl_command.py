@@ -15,11 +15,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import docker
 import psutil
 import pytest
 
 from air.launch.installs import inspect, install_for, record, registry_path
 from air.launch.rl_runs import last_rl_run
+from air.sandbox.config import LABEL, LABEL_HOST, LABEL_PID, LABEL_RUN, LABEL_STARTED
 from rigs.host_lock import RL_PORTS_LOCK, host_lock
 from rigs.patience import backstop
 from tests.conftest import PRIME_RL_RL, unavailable
@@ -141,6 +143,7 @@ def test_checks_passed_the_recorded_install_runs_from_this_folder(generation, tm
     out = tmp_path / "seen.json"
     config = V1_CPU if generation == "v1" else CLASSIC_CPU
     run = tmp_path / "run"
+    left = orphan_container(docker_image, tmp_path)  # what a warm pool of the run left (c87c19b left 2-4)
     with host_lock(RL_PORTS_LOCK):
         done = rl("@", str(config.relative_to(ROOT)), "--output-dir", str(run), AIR_CACHE_DIR=str(tmp_path / "cache"),
                   FAKE_RL_OUT=str(out))  # fmt: skip
@@ -158,6 +161,20 @@ def test_checks_passed_the_recorded_install_runs_from_this_folder(generation, tm
     assert first == f"rl: {install_for(generation).describe()}"  # the install, found by its record
     assert last == f"rl: exit 0; the run's folder: {run}; open it: uv run air view {run}"
     assert last_rl_run() == run  # `air view` alone opens it
+    # At least ours: the reaper removes any orphan of this host (another suite's, a crashed run's).
+    assert re.search(r"(?m)^rl: removed [1-9]\d* sandbox container\(s\) the run left behind$", done.stderr)
+    with pytest.raises(docker.errors.NotFound):
+        docker.from_env().containers.get(left)
+
+
+def orphan_container(image: str, tmp_path: Path) -> str:
+    """A sandbox container labelled as this host's, its owner a process that has ended."""
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    labels = {LABEL: "1", LABEL_HOST: socket.gethostname(), LABEL_PID: str(ended.pid), LABEL_STARTED: "1.0"}
+    labels[LABEL_RUN] = f"rl-command-{tmp_path.name}"
+    container = docker.from_env().containers.run(image, ["sleep", "600"], detach=True, labels=labels)
+    return container.id
 
 
 def test_which_says_each_generations_install_and_the_registry(tmp_path):
