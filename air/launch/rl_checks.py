@@ -7,12 +7,13 @@ to check: its message names a typo'd key, and it comes before it starts anything
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
-from typing import Any
 
 import psutil
 
-from air.launch.config_v1 import sources, taskset_of
+from air.launch.config_files import LoadedConfig
+from air.launch.config_rules import env_entries
 
 # The ports prime-rl's launcher takes whatever the config says (checked at c87c19b and 559b447): its vLLM server,
 # (v1) the first env server's and the rollout transport's two ZMQ sockets.
@@ -33,18 +34,22 @@ def busy_port_problem(generation: str, source_count: int = 1) -> str | None:
     if generation == "v1":  # one env server per source, on consecutive ports
         ports.update({5000 + i: f"env server {i + 1}" for i in range(1, source_count)})
     try:
-        listening = [c for c in psutil.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN]
-    except psutil.AccessDenied:  # another user's sockets: fall back to asking each port
-        listening = []
-    for connection in listening:
-        port = connection.laddr.port
-        if port in ports:
-            return (
-                f"port {port} ({ports[port]}) is taken by {_holder(connection.pid)}: prime-rl's rl takes ports "
-                f"{', '.join(map(str, sorted(ports)))} whatever the config says, so one rl runs on a host at a time; "
-                f"stop that process or wait for it to end"
-            )
+        holders = {c.laddr.port: c.pid for c in psutil.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN}
+    except psutil.AccessDenied:  # the system's socket table is closed to this user: ask each port instead
+        holders = {port: None for port in ports if _answers(port)}
+    for port in sorted(set(ports) & set(holders)):
+        return (
+            f"port {port} ({ports[port]}) is taken by {_holder(holders[port])}: prime-rl's rl takes ports "
+            f"{', '.join(map(str, sorted(ports)))} whatever the config says, so one rl runs on a host at a time; "
+            f"stop that process or wait for it to end"
+        )
     return None
+
+
+def _answers(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.settimeout(1)
+        return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
 def _holder(pid: int | None) -> str:
@@ -58,39 +63,26 @@ def _holder(pid: int | None) -> str:
     return f"pid {pid} ({command})"
 
 
-def images_named(data: dict[str, Any], generation: str) -> list[str]:
-    """The sandbox images a config's air_mlgym sources name (none named: the default one)."""
-    names = []
-    if generation == "v1":
-        for _, _, source in sources(data):
-            image = taskset_of(source).get("image")
-            if isinstance(image, str):
-                names.append(image)
-    else:
-        envs = (data.get("orchestrator") or {}).get("env") or []
-        for env in envs if isinstance(envs, list) else [envs]:
-            image = ((env or {}).get("args") or {}).get("image") if isinstance(env, dict) else None
-            if isinstance(image, str):
-                names.append(image)
-    return names
-
-
-def docker_problem(images: list[str]) -> str | None:
-    """No engine answers, or an image is missing: the line that says so and what to run."""
-    import docker
+def docker_problem(config: LoadedConfig) -> str | None:
+    """No engine answers, or the image of an air_mlgym env (its `image` argument, else the default) is missing:
+    the line that says so and what to run. The sandbox layer's own client and image check, as `air check`'s."""
+    from air.sandbox.config import SandboxConfig
+    from air.sandbox.container import docker_client, require_image
+    from air.sandbox.errors import SandboxError, SandboxImageMissing
 
     try:
-        client = docker.from_env(timeout=20)
-        client.ping()
-    except Exception as exc:  # any failure to reach the engine is the same problem for the user
-        return f"no Docker engine answers ({type(exc).__name__}): start it with `bash scripts/setup.sh`"
+        client = docker_client()
+    except SandboxError as exc:
+        return f"no Docker engine answers ({type(exc.__cause__).__name__}): start it with `bash scripts/setup.sh`"
+    images = sorted({str(e.args.get("image") or "") for e in env_entries(config) if e.id == "air_mlgym"} or {""})
     for image in images:
+        sandbox = SandboxConfig(image=image)
         try:
-            client.images.get(image)
-        except docker.errors.ImageNotFound:
-            return f"no sandbox image {image} on this engine: build it with `uv run air build-image`"
-        except docker.errors.APIError as exc:
-            return f"the Docker engine failed to look up {image}: {exc}"
+            require_image(sandbox, client)
+        except SandboxImageMissing:
+            return f"no sandbox image {sandbox.resolved_image()} on this engine: build it with `uv run air build-image`"
+        except SandboxError as exc:
+            return f"the Docker engine failed to look up {sandbox.resolved_image()}: {exc}"
     return None
 
 
