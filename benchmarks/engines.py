@@ -31,6 +31,7 @@ import httpx  # noqa: E402
 import psutil  # noqa: E402
 from openai import AsyncOpenAI  # noqa: E402
 
+from air.launch.prime_rl import cpu_venv  # noqa: E402
 from air.serving.models.smollm2 import prepare_smollm2  # noqa: E402
 from air.serving.prime_rl_vllm import free_port, server_process  # noqa: E402
 from benchmarks.serving import TASK, round_of, system_prompt  # noqa: E402
@@ -40,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def command(engine: str, model: Path, port: int, prime_rl: Path) -> tuple[list[str], dict[str, str]]:
     if engine == "vllm":
-        python = prime_rl / ".venv-orchestrator" / "bin" / "python"
+        python = cpu_venv(prime_rl) / "bin" / "python"
         argv = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--port", str(port),
                 "--host", "127.0.0.1", "--dtype", "float32", "--enforce-eager", "--max-model-len", "2048"]  # fmt: skip
         return argv, {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "2"}

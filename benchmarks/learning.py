@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from air.env.rewards import RewardSettings  # noqa: E402
+from air.launch.prime_rl import cpu_venv  # noqa: E402
 from benchmarks.learning_stats import last_quarter, plot, welch_and_permutation  # noqa: E402
 from benchmarks.learning_warmup import warm_up  # noqa: E402
 
@@ -84,7 +85,7 @@ def one_run(label: str, lr: float, seed: int, args: argparse.Namespace, model_di
         "--output-dir", str(out / "rl"), "--max-steps", str(args.steps), "--trainer.optim.lr", str(lr),
         "--inference.vllm.seed", str(seed),
     ]  # fmt: skip
-    env = {**os.environ, "UV_PROJECT_ENVIRONMENT": str(checkout / ".venv-orchestrator"), "UV_NO_SYNC": "1"}
+    env = {**os.environ, "UV_PROJECT_ENVIRONMENT": str(cpu_venv(checkout)), "UV_NO_SYNC": "1"}
     print(f"seed {seed} {label} (lr {lr:g}): rl, {args.steps} steps; log {out / 'rl.log'}", flush=True)
     started, load = time.perf_counter(), os.getloadavg()[0]
     with open(out / "rl.log", "w") as log:

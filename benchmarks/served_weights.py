@@ -24,6 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from air.launch.prime_rl import cpu_venv  # noqa: E402
 from rigs.prime_rl_inference import inference_server, load_weights  # noqa: E402
 from rigs.served_vs_trained import TOLERANCE, compare  # noqa: E402
 
@@ -52,7 +53,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, nargs="*", help="broadcast steps (default: the last)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    venv = Path(args.prime_rl).expanduser().resolve() / ".venv-orchestrator"
+    venv = cpu_venv(Path(args.prime_rl).expanduser().resolve())
     run = Path(args.run).resolve()
     config = json.loads((run / "configs" / "inference.json").read_text())
     model = Path((config.get("model") or {}).get("name") or config["vllm"]["model"])

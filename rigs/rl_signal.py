@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from air.launch.prime_rl import cpu_venv
 from air.rehearsal.launch import run_entry
 from air.rehearsal.live_trainer import PROBE, start_trainer
 from air.rehearsal.trainer_report import latest_broadcast
@@ -133,9 +134,9 @@ def run_signal(
     lr: float | None = LR,
     timeout_s: float = 900.0,
 ) -> SignalRun:
-    """One step of ``prime_rl``'s trainer (its ``.venv-orchestrator``) on the two completions, the first with
+    """One step of ``prime_rl``'s trainer (its ``.venv-cpu``) on the two completions, the first with
     ``advantage``, the second with its negation (``lr`` None: prime-rl's default, 1e-6)."""
-    python = prime_rl / ".venv-orchestrator" / "bin" / "python"
+    python = cpu_venv(prime_rl) / "bin" / "python"
     out.mkdir(parents=True, exist_ok=True)
     prompt, completions = encode(model_dir)
     scored = [completion_logprobs(load(model_dir), prompt, c) for c in completions]  # what "vLLM" sampled them at

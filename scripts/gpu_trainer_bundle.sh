@@ -97,14 +97,14 @@ package_tar() {
 rm -rf "$OUT"
 mkdir -p "$OUT/c87" "$OUT/v1"
 echo "== wheels for Python $PYVER (c87c19b: ${#C87_PACKAGES[@]}, 559b447: ${#V1_PACKAGES[@]})"
-download_wheels "$PRL_C87/.venv-orchestrator/bin/python" "$OUT/c87/wheels" "${C87_PACKAGES[@]}"
-download_wheels "$PRL_V1/.venv-orchestrator/bin/python" "$OUT/v1/wheels" "${V1_PACKAGES[@]}"
+download_wheels "$PRL_C87/.venv-cpu/bin/python" "$OUT/c87/wheels" "${C87_PACKAGES[@]}"
+download_wheels "$PRL_V1/.venv-cpu/bin/python" "$OUT/v1/wheels" "${V1_PACKAGES[@]}"
 
 echo "== prime-rl sources and torchtitan"
 tar -czf "$OUT/c87/src.tar.gz" --exclude=__pycache__ -C "$PRL_C87/src" prime_rl
 tar -czf "$OUT/v1/src.tar.gz" --exclude=__pycache__ -C "$PRL_V1" src/prime_rl packages/prime-rl-configs/src
-package_tar "$PRL_C87/.venv-orchestrator/bin/python" torchtitan "$OUT/c87/torchtitan.tar.gz"
-package_tar "$PRL_V1/.venv-orchestrator/bin/python" torchtitan "$OUT/v1/torchtitan.tar.gz"
+package_tar "$PRL_C87/.venv-cpu/bin/python" torchtitan "$OUT/c87/torchtitan.tar.gz"
+package_tar "$PRL_V1/.venv-cpu/bin/python" torchtitan "$OUT/v1/torchtitan.tar.gz"
 for pin in c87 v1; do
     checkout=$PRL_C87
     [[ $pin == v1 ]] && checkout=$PRL_V1
@@ -122,7 +122,7 @@ for step in "$C87_RUN"/rollouts/step_*; do
 done
 if ((CPU_SIZED > 0)); then
     # Local CPU test only: the first N samples of each step (msgpack [examples, step, ...]).
-    "$PRL_C87/.venv-orchestrator/bin/python" - "$CPU_SIZED" "$stage"/c87/run_default/rollouts/step_*/rollouts.bin <<'PY'
+    "$PRL_C87/.venv-cpu/bin/python" - "$CPU_SIZED" "$stage"/c87/run_default/rollouts/step_*/rollouts.bin <<'PY'
 import sys, msgpack
 keep = int(sys.argv[1])
 for path in sys.argv[2:]:

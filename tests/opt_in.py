@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from air.launch.prime_rl import cpu_venv
+
 MLGYM_CHECKOUT = os.environ.get("AIR_TEST_MLGYM_ROOT") or os.environ.get("MLGYM_ROOT") or ""
 PRIME_RL_CHECKOUT = os.environ.get("AIR_TEST_PRIME_RL_DIR") or os.environ.get("PRIME_RL_DIR") or ""
 # Today's prime-rl (v1), installed by `install_prime_rl.sh --orchestrator-only --commit 559b447 DIR`.
@@ -37,7 +39,7 @@ def prime_rl_v1_checkout() -> Path | None:
     root = Path(PRIME_RL_V1_CHECKOUT).expanduser() if PRIME_RL_V1_CHECKOUT else None
     if root is None or not (root / "src" / "prime_rl" / "entrypoints" / "env_server.py").is_file():
         return None
-    return root if (root / ".venv-orchestrator" / "bin" / "python").is_file() else None
+    return root if (cpu_venv(root) / "bin" / "python").is_file() else None
 
 
 def prime_rl_cpu_checkout(generation: str) -> Path | None:

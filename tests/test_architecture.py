@@ -335,3 +335,13 @@ def test_each_part_of_the_tree_imports_only_the_parts_it_builds_on() -> None:
         if (other := Path(target).parts[0].removesuffix(".py")) != part and other not in TREE_LAYERS[part]
     ]
     assert not wrong, "\n".join(sorted(wrong))
+
+
+def test_scripts_hold_one_prime_rl_install_script() -> None:
+    """One install route (issue 63): its steps live in prime_rl_side/install/, sourced by that script."""
+    assert sorted(p.name for p in (ROOT / "scripts").iterdir() if "install" in p.name) == ["install_prime_rl.sh"]
+    script = (ROOT / "scripts" / "install_prime_rl.sh").read_text()
+    for step in (ROOT / "prime_rl_side" / "install").glob("*.sh"):
+        assert f"prime_rl_side/install/{step.name}" in script + "".join(
+            p.read_text() for p in step.parent.glob("*.sh") if p != step
+        ), f"{step} is sourced by nothing"

@@ -77,12 +77,30 @@ def check_endpoint(ctx: PreflightContext) -> Iterator[CheckRow]:
         yield CheckRow("inference endpoint", "pass", f"{url} serves {', '.join(map(str, served))}")
 
 
+def _recorded_install(ctx: PreflightContext):
+    """The install `uv run rl` uses for the configs' generation (install_prime_rl.sh records it), unless
+    $PRIME_RL_DIR names another: what `air check --config C` checks is what `uv run rl @ C` would run."""
+    from air.launch.installs import InstallProblem, install_for
+
+    generations = {c.generation for c in ctx.configs}
+    if os.environ.get("PRIME_RL_DIR") or len(generations) != 1:
+        return None
+    from air.launch.prime_rl import PrimeRlInstall
+
+    generation = generations.pop()
+    try:
+        root = install_for(generation).root
+    except InstallProblem:
+        return None
+    return PrimeRlInstall(root, f"recorded for {generation} configs: `uv run rl --which`")
+
+
 def check_prime_rl(ctx: PreflightContext) -> Iterator[CheckRow]:
     from packaging.specifiers import SpecifierSet
 
     from air.launch.prime_rl import find_prime_rl, same_commit
 
-    install = find_prime_rl(ctx.options.prime_rl_dir)
+    install = (None if ctx.options.prime_rl_dir else _recorded_install(ctx)) or find_prime_rl(ctx.options.prime_rl_dir)
     if install is None:
         yield CheckRow(
             "prime-rl",

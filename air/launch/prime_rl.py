@@ -17,8 +17,15 @@ from pathlib import Path
 from air.launch.config_files import PRIME_RL_COMMIT
 
 DEFAULT_DIR = Path("~/prime-rl")
-CPU_VENV = ".venv-orchestrator"  # install_prime_rl.sh's venv for the CPU routes (prime-rl's own .venv untouched)
-ARCHIVE_MARKER = ".air-archive"  # written by scripts/install_from_archives.sh: the commit the tree came from
+CPU_VENV = ".venv-cpu"  # install_prime_rl.sh's venv for the CPU routes (prime-rl's own .venv untouched)
+LEGACY_CPU_VENV = ".venv-orchestrator"  # its name before 2026-12-07: installs made then still work
+ARCHIVE_MARKER = ".air-archive"  # written by prime_rl_side/install/from_archives.sh: the commit the tree came from
+
+
+def cpu_venv(root: Path) -> Path:
+    """The CPU routes' venv of the install at ``root`` (an older install's name where that is the one there)."""
+    legacy = root / LEGACY_CPU_VENV
+    return legacy if not (root / CPU_VENV).exists() and legacy.exists() else root / CPU_VENV
 
 
 def same_commit(found: str | None, pin: str) -> bool:
@@ -38,7 +45,7 @@ class PrimeRlInstall:
     def venv(self) -> Path:
         """prime-rl's own ``.venv`` (``uv sync``: the GPU route), else the CPU routes' venv
         (``install_prime_rl.sh --cpu``, ``--cpu-trainer``, ``--orchestrator-only``), whichever holds a Python."""
-        for name in (".venv", CPU_VENV):
+        for name in (".venv", CPU_VENV, LEGACY_CPU_VENV):
             if (self.root / name / "bin" / "python").exists():
                 return self.root / name
         return self.root / ".venv"

@@ -50,13 +50,13 @@ def has_vllm(python: Path) -> bool:
 
 def vllm_install(checkout: str | os.PathLike[str] | None) -> tuple[Path, str] | None:
     """(the Python of its venv, its generation) where ``checkout`` is a prime-rl install whose venv has vLLM
-    (``.venv-orchestrator``: the --cpu install; ``.venv``: a full one), else None. Today's prime-rl ("v1") is
-    told by its env-server entry point, as air.launch.prime_rl tells it."""
+    (``.venv-cpu``, before 2026-12-07 ``.venv-orchestrator``: the --cpu install; ``.venv``: a full one), else
+    None. Today's prime-rl ("v1") is told by its env-server entry point, as air.launch.prime_rl tells it."""
     if not checkout:
         return None
     root = Path(checkout).expanduser()
     generation = "v1" if (root / "src" / "prime_rl" / "entrypoints" / "env_server.py").exists() else "classic"
-    for venv in (".venv-orchestrator", ".venv"):
+    for venv in (".venv-cpu", ".venv-orchestrator", ".venv"):
         python = root / venv / "bin" / "python"
         if has_vllm(python):
             return python, generation

@@ -150,11 +150,11 @@ def test_orchestrator_only_options_and_a_checkout_without_a_lock_file(fake_prime
     target = tmp_path / "cpu"
     done = run("--orchestrator-only", str(target))
     assert done.returncode != 0 and f"cannot read {target}/uv.lock" in done.stderr
-    assert git(target, "rev-parse", "HEAD") == first and not (target / ".venv-orchestrator").exists()
+    assert git(target, "rev-parse", "HEAD") == first and not (target / ".venv-cpu").exists()
     trainer = tmp_path / "cpu-trainer"  # --cpu-trainer builds the orchestrator's venv first: the same refusal
     done = run("--cpu-trainer", str(trainer))
     assert done.returncode != 0 and f"cannot read {trainer}/uv.lock" in done.stderr
-    assert not (trainer / ".venv-orchestrator").exists()
+    assert not (trainer / ".venv-cpu").exists()
 
 
 def test_install_takes_the_commit_from_the_command_line(fake_prime_rl, tmp_path):

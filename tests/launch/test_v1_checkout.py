@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from air.launch.prime_rl import cpu_venv
 from rigs.patience import backstop
 from tests.conftest import unavailable
 from tests.opt_in import prime_rl_v1_checkout
@@ -24,7 +25,7 @@ def python() -> Path:
     if checkout is None:
         unavailable("the v1 checkout's checks", "no v1 prime-rl checkout: set AIR_TEST_PRIME_RL_V1_DIR "
                     "(install_prime_rl.sh --orchestrator-only --commit 559b447 DIR)")  # fmt: skip
-    return checkout / ".venv-orchestrator" / "bin" / "python"
+    return cpu_venv(checkout) / "bin" / "python"
 
 
 def _dry_run(python: Path, config: Path, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from air.fleet.probe import answers
+from air.launch.prime_rl import cpu_venv
 from air.rehearsal.launch import entry_env
 from rigs.fleet import containers, figures, make_folder, remove_private, wait_for
 from rigs.patience import backstop
@@ -82,7 +83,7 @@ def test_rehearse_over_two_slurm_env_nodes_survives_losing_one(
         "image": docker_image, "run_id": run_id, "pool_size": 2, "trajectory_dir": str(tmp_path / "trajectories"),
     }  # fmt: skip
     folder = make_folder(tmp_path / "fleet", {"taskset": taskset, "player": {"harness": {"id": "air_mlgym"}}})
-    python = checkout / ".venv-orchestrator" / "bin" / "python"  # nodes speak the orchestrator's verifiers
+    python = cpu_venv(checkout) / "bin" / "python"  # nodes speak the orchestrator's verifiers
     env = {**entry_env(), **cluster.env, "PYTHONPATH": str(ROOT)}
     submit = [str(python), "-m", "air.cli.main", "fleet", "submit", str(folder.root), "--nodes", "2",
               "--restart-delay", "2", "--node-args", "--host 127.0.0.1 --bind 127.0.0.1"]  # fmt: skip

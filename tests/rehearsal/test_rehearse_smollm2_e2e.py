@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from air.cli.main import main
+from air.launch.prime_rl import cpu_venv
 from air.serving.prime_rl_vllm import has_vllm
 from tests.conftest import PRIME_RL_RUNS
 from tests.opt_in import SMOLLM2_REHEARSALS, prime_rl_checkout, prime_rl_v1_checkout
@@ -56,7 +57,7 @@ def rehearse_smollm2(checkout: Path, config: Path, tmp_path: Path, smollm2, caps
     (tmp_path / "report.json").write_text(json.dumps(report, indent=1))  # kept for a failure's reading
     assert status == 0, report["problems"]
     # Where prime-rl's venv has vLLM (the --cpu installs CI makes), prime-rl's own inference server samples.
-    engine = "vllm" if has_vllm(checkout / ".venv-orchestrator" / "bin" / "python") else "air: transformers"
+    engine = "vllm" if has_vllm(cpu_venv(checkout) / "bin" / "python") else "air: transformers"
     assert report["engine"].startswith(engine), report["engine"]
     run = report["trainer_run"]
     assert len(run["steps"]) == STEPS and report["steps_completed"] == STEPS

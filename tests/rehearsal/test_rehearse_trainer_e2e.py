@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from air.cli.main import main
+from air.launch.prime_rl import cpu_venv
 from air.rehearsal.live_trainer import PROBE
 from tests.conftest import PRIME_RL_RUNS, unavailable
 from tests.opt_in import prime_rl_checkout, prime_rl_v1_checkout
@@ -31,7 +32,7 @@ STEPS = 3
 def trainer_ready(checkout: Path | None, fix: str) -> Path:
     if checkout is None:
         unavailable("the rehearsal with prime-rl's trainer", f"no prime-rl checkout for this generation: {fix}")
-    python = checkout / ".venv-orchestrator" / "bin" / "python"
+    python = cpu_venv(checkout) / "bin" / "python"
     done = subprocess.run([str(python), "-c", "import prime_rl.trainer.rl.train"], capture_output=True, timeout=600)
     if done.returncode != 0:
         unavailable(

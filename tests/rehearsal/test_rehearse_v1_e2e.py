@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from air.cli.main import main
+from air.launch.prime_rl import cpu_venv
 from air.rehearsal.v1.plan import free_port_block
 from air.sandbox.config import LABEL, LABEL_RUN
 from rigs.patience import backstop
@@ -142,7 +143,7 @@ def test_rehearse_v1_with_an_env_server_on_a_second_engine(
     # openai 3.63 one made before, on a developer's machine), whatever the date says.
     env["UV_EXCLUDE_NEWER"], env["UV_CACHE_DIR"] = NULL_HARNESS_RESOLVED_AT, str(tmp_path / "uv-cache")
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    python = checkout / ".venv-orchestrator" / "bin" / "python"
+    python = cpu_venv(checkout) / "bin" / "python"
     server = subprocess.Popen(
         [str(python), "-m", "prime_rl.entrypoints.env_server", "@", str(server_config)],
         env=env,

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from air.launch.prime_rl import cpu_venv
 from rigs.rl_signal import ADVANTAGE, TOLERANCE, SignalRun, run_signal
 from tests.conftest import unavailable
 from tests.opt_in import prime_rl_checkout, prime_rl_cpu_checkout, prime_rl_v1_checkout
@@ -34,7 +35,7 @@ def checkout(generation: str) -> Path:
     found = prime_rl_cpu_checkout(generation) or (prime_rl_v1_checkout() if generation == "v1" else prime_rl_checkout())
     commit, variable = ("", "CPU_DIR") if generation == "classic" else (" --commit 559b447", "V1_CPU_DIR")
     fix = f"install_prime_rl.sh --cpu{commit} DIR, then AIR_TEST_PRIME_RL_{variable}=DIR"
-    python = found / ".venv-orchestrator" / "bin" / "python" if found else None
+    python = cpu_venv(found) / "bin" / "python" if found else None
     if python is None or not python.is_file():
         unavailable("the RL signal guard", f"no prime-rl {GENERATIONS[generation]} install with its trainer: {fix}")
     problem = _trainer_problem(python)

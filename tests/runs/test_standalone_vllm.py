@@ -27,9 +27,9 @@ def install_with_vllm(root: Path) -> Path:
     """A prime-rl checkout's layout whose venv holds vLLM's server module and prime-rl's ``inference``."""
     for relative in (
         "src/prime_rl/entrypoints/env_server.py",
-        ".venv-orchestrator/bin/python",
-        ".venv-orchestrator/bin/inference",
-        ".venv-orchestrator/lib/python3.12/site-packages/vllm/entrypoints/openai/api_server.py",
+        ".venv-cpu/bin/python",
+        ".venv-cpu/bin/inference",
+        ".venv-cpu/lib/python3.12/site-packages/vllm/entrypoints/openai/api_server.py",
     ):
         (root / relative).parent.mkdir(parents=True, exist_ok=True)
         (root / relative).write_text("")
@@ -47,7 +47,7 @@ def test_a_model_goes_to_prime_rls_vllm_only_where_an_install_has_it(tmp_path, m
     # A scripted agent is never a model vLLM could serve; an install without vLLM leaves air's engine.
     assert isinstance(_policy_server(StandaloneSettings(policy="noisy"), tmp_path / "c"), PolicyServer)
     monkeypatch.delenv("PRIME_RL_DIR")
-    (root / ".venv-orchestrator/bin/inference").unlink()
+    (root / ".venv-cpu/bin/inference").unlink()
     settings = StandaloneSettings(policy="noisy", prime_rl=str(root))
     assert isinstance(_policy_server(settings, tmp_path / "d"), PolicyServer)
 
@@ -56,7 +56,7 @@ def test_a_model_goes_to_prime_rls_vllm_only_where_an_install_has_it(tmp_path, m
 @pytest.mark.timeout(1200)
 def test_smollm2_plays_through_prime_rls_vllm(smollm2, tmp_path):
     checkout = prime_rl_cpu_checkout("v1")
-    if checkout is None or not has_vllm(checkout / ".venv-orchestrator" / "bin" / "python"):
+    if checkout is None or not has_vllm(checkout / ".venv-cpu" / "bin" / "python"):
         unavailable("air standalone on prime-rl's vLLM", "no --cpu install of 559b447: AIR_TEST_PRIME_RL_V1_CPU_DIR")
     env = {**os.environ, "AIR_CACHE_DIR": str(smollm2.path.parent)}
     out = tmp_path / "run"

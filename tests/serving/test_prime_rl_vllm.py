@@ -17,6 +17,7 @@ import httpx
 import psutil
 import pytest
 
+from air.launch.prime_rl import cpu_venv
 from air.rehearsal.trainer_report import served_sample
 from air.serving.prime_rl_vllm import PrimeRlVllm, has_vllm, inference_config, weight_updates_in
 from tests.conftest import PRIME_RL_RUNS, unavailable
@@ -127,7 +128,7 @@ def session_processes(session: int) -> list[str]:
 @pytest.mark.timeout(1200)
 def test_prime_rl_serves_smollm2_and_loads_an_adapter_by_its_route(tmp_path, smollm2):
     checkout = prime_rl_cpu_checkout("v1")
-    python = checkout / ".venv-orchestrator" / "bin" / "python" if checkout else None
+    python = cpu_venv(checkout) / "bin" / "python" if checkout else None
     if python is None or not has_vllm(python):
         unavailable("prime-rl's vLLM", "no --cpu install of 559b447: AIR_TEST_PRIME_RL_V1_CPU_DIR")
     model = Path(smollm2.path)

@@ -1,4 +1,4 @@
-# Sourced by install_prime_rl.sh --cpu, after install_cpu_trainer.sh ($DIR, $VENV, $PY, $GENERATION, $CONFIGS,
+# Sourced by install_prime_rl.sh --cpu, after cpu_trainer.sh ($DIR, $VENV, $PY, $GENERATION, $CONFIGS,
 # $AIR_DIR, $head set; `say`, `die`, read_trainer_lock defined). Adds what the rest of prime-rl's own `rl`
 # needs on a machine with no GPU, so that `rl @ CONFIG` starts its vLLM server, orchestrator, env servers and
 # trainer from $VENV:

@@ -1,11 +1,11 @@
-# Sourced by install_prime_rl.sh --cpu-trainer, after install_orchestrator_only.sh built $VENV ($DIR, $VENV,
+# Sourced by install_prime_rl.sh --cpu-trainer, after orchestrator_venv.sh built $VENV ($DIR, $VENV,
 # $GENERATION, $AIR_DIR set). Adds what prime-rl's own trainer entry point needs to run on the CPU, for
 # `air rehearse --trainer` (air_prime_rl.classic.trainer and air_prime_rl.cpu_torch, in prime_rl_side/):
 #   classic (c87c19b): the trainer's packages at the versions of prime-rl's uv.lock (as constraints),
 #       torchtitan at the lock's git revision (PRIME_RL_TORCHTITAN may name a requirement or a path instead;
 #       its dependencies, tensorboard among them, at the lock's versions), and import-only stand-ins for
 #       flash_attn, vLLM's NCCL classes and dion (prime_rl_side/stand_ins/cpu) on the venv's path.
-#   v1 (today's): scripts/install_cpu_trainer_v1.sh.
+#   v1 (today's): prime_rl_side/install/cpu_trainer_v1.sh.
 # Idempotent: a venv where the trainer already imports is only checked.
 
 # prime-rl's uv.lock, read for the trainer: WORK/constraints.txt (registry packages at the lock's versions;
@@ -46,8 +46,8 @@ install_trainer_packages() { # WORK NO_DEPS PACKAGE...
 }
 
 if [[ $GENERATION == v1 ]]; then
-    # shellcheck source=scripts/install_cpu_trainer_v1.sh
-    source "$AIR_DIR/scripts/install_cpu_trainer_v1.sh"
+    # shellcheck source=prime_rl_side/install/cpu_trainer_v1.sh
+    source "$AIR_DIR/prime_rl_side/install/cpu_trainer_v1.sh"
     return 0
 fi
 
@@ -59,7 +59,7 @@ TRAINER_NO_DEPS='^(ring-flash-attn)$'
 TRAINER_CHECK='import prime_rl.trainer.rl.train, prime_rl.orchestrator.orchestrator, air_mlgym, torchtitan
 import air_prime_rl.classic.trainer, air_prime_rl.cpu_torch'
 
-install_air_side "$PY" 1 # the stand-ins: the trainer imports all three at load (install_orchestrator_only.sh)
+install_air_side "$PY" 1 # the stand-ins: the trainer imports all three at load (orchestrator_venv.sh)
 if "$PY" -c "$TRAINER_CHECK" >/dev/null 2>&1; then
     say "the trainer already imports in $VENV (CPU trainer ready)"
 else

@@ -1,5 +1,5 @@
 # Sourced by install_prime_rl.sh --orchestrator-only once prime-rl is checked out in $DIR ($GENERATION set).
-# Builds $DIR/.venv-orchestrator: what prime-rl's orchestrator (and, today's, its env server) imports,
+# Builds $DIR/.venv-cpu: what prime-rl's orchestrator (and, today's, its env server) imports,
 # without vLLM, flash-attn, torchtitan or CUDA torch, at the versions of prime-rl's uv.lock.
 #   classic (c87c19b): the packages below (its orchestrator's import closure), verifiers from the lock's git
 #       source.
@@ -12,7 +12,7 @@
 # stand-ins on the path where needed): install_air_side.
 # Idempotent: a venv that already imports everything is only checked.
 
-VENV="$DIR/.venv-orchestrator"
+VENV="$DIR/.venv-cpu"
 AIR_SIDE="$AIR_DIR/prime_rl_side"     # what air rehearse runs in prime-rl's venv: package air_prime_rl
 CPU_STAND_INS="$AIR_SIDE/stand_ins/cpu" # import-only flash_attn, vLLM's NCCL classes, dion
 

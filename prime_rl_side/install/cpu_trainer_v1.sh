@@ -1,5 +1,5 @@
-# Sourced by scripts/install_cpu_trainer.sh for GENERATION=v1 (prime-rl main, e.g. 559b447), after
-# install_orchestrator_only.sh built $VENV (set -euo pipefail; `say`, `die`, $DIR, $AIR_DIR, $VENV set; $PY
+# Sourced by prime_rl_side/install/cpu_trainer.sh for GENERATION=v1 (prime-rl main, e.g. 559b447), after
+# orchestrator_venv.sh built $VENV (set -euo pipefail; `say`, `die`, $DIR, $AIR_DIR, $VENV set; $PY
 # may be). Adds what main's own trainer entry point (prime_rl.trainer.rl.train, run on the CPU by
 # air_prime_rl.v1.trainer in prime_rl_side/) needs beyond the orchestrator's venv:
 #   - the trainer's packages at the versions of main's uv.lock (as constraints). The orchestrator venv
@@ -23,15 +23,15 @@ import air_mlgym, torchtitan, dion, flash_attn
 import air_prime_rl.v1.trainer, air_prime_rl.v1.cpu, air_prime_rl.cpu_torch, air_prime_rl.sdpa_varlen
 from prime_rl.configs.trainer import TrainerConfig'
 
-[[ -x "$PY" ]] || die "no Python in $VENV (install_orchestrator_only.sh builds it first)"
-install_air_side "$PY" 1 # air_prime_rl and the stand-ins (install_orchestrator_only.sh)
+[[ -x "$PY" ]] || die "no Python in $VENV (orchestrator_venv.sh builds it first)"
+install_air_side "$PY" 1 # air_prime_rl and the stand-ins (orchestrator_venv.sh)
 
 if "$PY" -c "$V1_TRAINER_CHECK" >/dev/null 2>&1; then
     say "main's trainer already imports in $VENV (CPU trainer ready)"
 else
     v1_work=$(mktemp -d)
     say "reading prime-rl's uv.lock for the trainer's versions"
-    read_trainer_lock "$DIR" "$v1_work" # (install_cpu_trainer.sh; torchtitan came with the orchestrator's venv)
+    read_trainer_lock "$DIR" "$v1_work" # (cpu_trainer.sh; torchtitan came with the orchestrator's venv)
     say "installing main's trainer packages at its uv.lock versions: ${V1_TRAINER_PACKAGES[*]}"
     install_trainer_packages "$v1_work" "$V1_TRAINER_NO_DEPS" "${V1_TRAINER_PACKAGES[@]}"
     rm -rf "$v1_work"
