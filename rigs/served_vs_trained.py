@@ -82,3 +82,15 @@ def compare(base: str, venv: Path, model_dir: Path, weights_dir: Path | None, dt
         "tied": trained["tied"],
         "within_tolerance": max(differences) <= TOLERANCE,
     }
+
+
+def write_decoy(venv: Path, broadcast: Path, target: Path, factor: float = 0.9) -> Path:
+    """A copy of ``broadcast`` with every floating-point tensor scaled by ``factor`` (air_prime_rl.scaled_weights,
+    in prime-rl's venv): loaded first, it makes a load of the real broadcast that skips a tensor visible."""
+    done = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "air_prime_rl.scaled_weights", str(broadcast), str(target), str(factor)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"scaled_weights exited {done.returncode}: {done.stderr[-2000:]}")
+    return target

@@ -16,13 +16,16 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 
 from air.launch.config_files import ConfigLoadError, load_config
-from air.launch.config_v1 import sources
+from air.launch.config_v1 import Generation, sources
 from air.launch.installs import Install, InstallProblem, install_for, recorded, registry_path
 from air.launch.rl_checks import busy_port_problem, docker_problem, model_folder_problem
-from air.launch.rl_runs import remember_rl_run
+from air.launch.rl_progress import StepLines
+from air.launch.rl_runs import HostTaken, hold_rl_host, remember_rl_run
 from air.serving.models.smollm2 import default_smollm2_dir
 
 SMOLLM2_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -57,7 +60,7 @@ def _value(args: list[str], flag: str) -> str | None:
     return None
 
 
-def plan(argv: list[str]) -> tuple[Install, list[str], dict[str, str], Path]:
+def plan(argv: list[str]) -> RlPlan:
     """The install, prime-rl's argv, its environment and the run's output folder; raises with one line."""
     args = list(argv)
     explicit = _take(args, "--prime-rl")
@@ -88,11 +91,10 @@ def plan(argv: list[str]) -> tuple[Install, list[str], dict[str, str], Path]:
 
     # This host's Docker and ports matter when the run is this host's: not for one submitted to Slurm (a `slurm`
     # table, or the overlays that bring one), whose nodes are checked by `air check`.
-    if args.count("@") == 1 and "slurm" not in config.data:
-        problem = docker_problem(config)
-        problem = problem or busy_port_problem(config.generation, max(1, len(sources(config.data))))
-        if problem:
-            raise UsageProblem(problem)
+    local = args.count("@") == 1 and "slurm" not in config.data
+    problem = docker_problem(config) if local else None
+    if problem:
+        raise UsageProblem(problem)
 
     venv = install.venv
     env = {**os.environ, "UV_PROJECT": str(install.root), "UV_PROJECT_ENVIRONMENT": str(venv), "UV_NO_SYNC": "1"}
@@ -100,7 +102,18 @@ def plan(argv: list[str]) -> tuple[Install, list[str], dict[str, str], Path]:
     if install.cpu:
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")  # GiB; vLLM's CPU default takes a quarter of the memory
     output = Path(_value(args, "--output-dir") or config.data.get("output_dir") or "outputs")
-    return install, [str(venv / "bin" / "rl"), *args], env, output
+    ports = (config.generation, max(1, len(sources(config.data)))) if local else None
+    return RlPlan(install, [str(venv / "bin" / "rl"), *args], env, output, config_path.resolve(), ports)
+
+
+@dataclass(frozen=True)
+class RlPlan:
+    install: Install
+    command: list[str]
+    env: dict[str, str]
+    output: Path
+    config: Path
+    ports: tuple[Generation, int] | None  # this host's ports to hold: (generation, env servers); None: Slurm's run
 
 
 def _prepare_smollm2(install: Install, folder: Path) -> None:
@@ -130,10 +143,21 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["--which"]:
         return which()
     try:
-        install, command, env, output = plan(argv)
-    except (UsageProblem, InstallProblem) as exc:
+        planned = plan(argv)
+        with ExitStack() as held:
+            if planned.ports is not None:  # one run on this host at a time: its ports, bound or not yet
+                held.enter_context(hold_rl_host(planned.config))
+                problem = busy_port_problem(*planned.ports)  # what holds them otherwise (another user, a leftover)
+                if problem:
+                    raise UsageProblem(problem)
+            return _run(planned)
+    except (UsageProblem, InstallProblem, HostTaken) as exc:
         print(f"rl: {exc}", file=sys.stderr)
         return 2
+
+
+def _run(planned: RlPlan) -> int:
+    install, command, env, output = planned.install, planned.command, planned.env, planned.output
     print(f"rl: {install.describe()}", file=sys.stderr, flush=True)
     output.mkdir(parents=True, exist_ok=True)
     remember_rl_run(output)  # `air view` with no folder opens it, during the run too
@@ -141,9 +165,11 @@ def main(argv: list[str] | None = None) -> int:
     child = subprocess.Popen(command, env=env)
     previous = signal.signal(signal.SIGTERM, lambda *_: child.send_signal(signal.SIGTERM))
     try:
-        code = child.wait()
-    except KeyboardInterrupt:  # the terminal's Ctrl-C reached prime-rl too: let it stop its processes
-        code = child.wait()
+        with StepLines(output, started):  # one line per orchestrator step, among prime-rl's own output
+            try:
+                code = child.wait()
+            except KeyboardInterrupt:  # the terminal's Ctrl-C reached prime-rl too: let it stop its processes
+                code = child.wait()
     finally:
         signal.signal(signal.SIGTERM, previous)
     _reap_what_the_run_left()

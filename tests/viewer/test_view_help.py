@@ -1,4 +1,5 @@
-"""`air view --help` names the argument as its description does and says where it listens by default."""
+"""`air view --help` names the argument as its description does (optional: the last `uv run rl`'s folder) and
+says where it listens by default."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ def _view_help() -> str:
 
 def test_view_help_names_dir_and_shows_the_host_default() -> None:
     text = _view_help()
-    assert text.startswith("usage: air view [-h] [--host HOST] [--port PORT] [--browser] DIR ")
+    assert text.startswith("usage: air view [-h] [--host HOST] [--port PORT] [--browser] [DIR] ")
+    assert "none: the folder of the last `uv run rl` on this machine" in text
     assert "(default: 127.0.0.1)" in text
     assert "outputs/standalone" in text
