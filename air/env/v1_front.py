@@ -128,6 +128,7 @@ class MLGymV1Env(vf.Env[MLGymV1EnvConfig]):
         finally:
             labels = RolloutLabels(
                 example_id=task.data.idx,
+                model=_model_of(trace),
                 system_prompt=task.data.system_prompt,
                 task_prompt=task.data.prompt if isinstance(task.data.prompt, str) else None,
             )
@@ -178,3 +179,9 @@ def _describe(error: BaseException | None) -> str | None:
 
 
 __all__ = ["MLGymTaskset", "MLGymV1Env"]
+
+
+def _model_of(trace: Any) -> str | None:
+    """The model the rollout's calls asked for, as verifiers recorded them (the env is never told it otherwise)."""
+    calls = getattr(trace, "calls", None) or []
+    return next((call.model for call in reversed(calls) if getattr(call, "model", None)), None)

@@ -98,6 +98,7 @@ def test_vf_eval_scores_air_mlgym_rollouts(docker_image: str, tmp_path: Path) ->
         assert trace["metrics"]["submitted"] == 1.0 and trace["metrics"]["laneMerge/best_score"] > 0
         record = json.loads(Path(trace["info"]["trajectory_path"]).read_text())
         assert record["reward"] == pytest.approx(reward) and record["exit_status"] == "submitted"
+        assert record["model"] == "scripted"  # the model the calls asked for (the env is not told it otherwise)
         commands = [turn["command"] for turn in record["turns"]]
         assert commands[-1].strip() == "submit" and len(commands) == trace["metrics"]["turns"]
         # the conversation the model saw is the one the env answered: one model message per turn
