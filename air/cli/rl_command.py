@@ -29,6 +29,7 @@ from air.launch.rl_runs import HostTaken, hold_rl_host, remember_rl_run
 from air.serving.models.smollm2 import default_smollm2_dir
 
 SMOLLM2_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+SETTLE_S = 3.0  # after the run: how long a container an env was creating as it was stopped may take to appear
 USAGE = "usage: rl @ CONFIG [--prime-rl DIR] [prime-rl's flags...]   |   rl --which"
 
 
@@ -172,7 +173,7 @@ def _run(planned: RlPlan) -> int:
                 code = child.wait()
     finally:
         signal.signal(signal.SIGTERM, previous)
-    _reap_what_the_run_left()
+    reap_what_the_run_left()
     folder = output.resolve()
     if _written_since(folder, started):
         print(f"rl: exit {code}; the run's folder: {folder}; open it: uv run air view {folder}", file=sys.stderr)
@@ -181,18 +182,27 @@ def _run(planned: RlPlan) -> int:
     return code
 
 
-def _reap_what_the_run_left() -> None:
+def reap_what_the_run_left(settle_s: float = SETTLE_S) -> int:
     """prime-rl stops its orchestrator and env servers without their exit hooks: a warm pool's containers outlived
-    c87c19b's runs. Their owners are dead now, which is what the reaper removes (a live run's are kept)."""
+    c87c19b's runs. Their owners are dead now, which is what the reaper removes (a live run's are kept). A refill
+    cut off mid-way may still be creating one in the engine: looked for again until ``settle_s`` have passed."""
     from air.sandbox.removal import reap_orphans
 
-    try:
-        reaped = reap_orphans()
-    except Exception as exc:  # the engine gone at the end: say what is left and what removes it
-        print(f"rl: could not look for the run's containers ({exc}): `uv run air clean` removes them", file=sys.stderr)
-        return
+    reaped, deadline = 0, time.monotonic() + settle_s
+    while True:
+        try:
+            reaped += len(reap_orphans())
+        except Exception as exc:  # the engine gone at the end: say what is left and what removes it
+            print(
+                f"rl: could not look for the run's containers ({exc}): `uv run air clean` removes them", file=sys.stderr
+            )
+            return reaped
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.5)
     if reaped:
-        print(f"rl: removed {len(reaped)} sandbox container(s) the run left behind", file=sys.stderr)
+        print(f"rl: removed {reaped} sandbox container(s) the run left behind", file=sys.stderr)
+    return reaped
 
 
 def _written_since(folder: Path, started: float) -> bool:

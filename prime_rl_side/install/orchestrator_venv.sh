@@ -13,6 +13,9 @@
 # Idempotent: a venv that already imports everything is only checked.
 
 VENV="$DIR/.venv-cpu"
+# A source archive lacks today's prime-rl's submodules renderers and pydantic-config: PyPI's releases instead, at
+# the ones this project ran that commit with (the submodules' own versions are not in prime-rl's lock).
+declare -A CHECKED_RELEASES=([559b447]="renderers==0.1.12 prime-pydantic-config==0.4.3")
 AIR_SIDE="$AIR_DIR/prime_rl_side"     # what air rehearse runs in prime-rl's venv: package air_prime_rl
 CPU_STAND_INS="$AIR_SIDE/stand_ins/cpu" # import-only flash_attn, vLLM's NCCL classes, dion
 
@@ -154,8 +157,14 @@ PY
                 LOCAL_SOURCES+=("verifiers @ git+$VERIFIERS_REPO@$commit")
             else
                 name=$([[ $sub == pydantic-config ]] && echo prime-pydantic-config || echo "$sub")
-                echo "    deps/$sub is not checked out: $name from PyPI instead (the newest release)"
-                LOCAL_SOURCES+=("$name")
+                checked=$(tr ' ' '\n' <<<"${CHECKED_RELEASES[${head:0:7}]:-}" | grep "^$name==" || true)
+                if [[ -n "$checked" ]]; then
+                    echo "    deps/$sub is not checked out: $checked from PyPI instead (the release checked at ${head:0:7})"
+                    LOCAL_SOURCES+=("$checked")
+                else
+                    echo "    deps/$sub is not checked out: $name from PyPI instead (its newest release: unchecked here)"
+                    LOCAL_SOURCES+=("$name")
+                fi
             fi
         done
         if [[ -n "${PRIME_RL_TORCHTITAN:-}" ]]; then

@@ -24,7 +24,7 @@ import pytest
 from air.launch.installs import inspect, install_for, record, registry_path
 from air.launch.rl_runs import last_rl_run
 from air.sandbox.config import LABEL, LABEL_HOST, LABEL_PID, LABEL_RUN, LABEL_STARTED
-from rigs.host_lock import RL_PORTS_LOCK, host_lock
+from rigs.host_lock import rl_ports
 from rigs.patience import backstop
 from tests.conftest import PRIME_RL_RL, unavailable
 from tests.opt_in import prime_rl_cpu_checkout
@@ -139,7 +139,7 @@ def test_a_missing_sandbox_image_is_one_line(tmp_path, docker_image, tiny_model_
 def test_a_busy_port_names_the_process_holding_it(tmp_path, docker_image, tiny_model_dir):
     record(fake_install(tmp_path / "559", "v1"))
     out = tmp_path / "seen.json"
-    with host_lock(RL_PORTS_LOCK), socket.socket() as held:  # no rl test of another suite holds it meanwhile
+    with rl_ports(backstop(1800)), socket.socket() as held:  # no rl test of another suite holds it meanwhile
         held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         held.bind(("127.0.0.1", 5555))
         held.listen()
@@ -160,7 +160,7 @@ def test_checks_passed_the_recorded_install_runs_from_this_folder(generation, tm
     config = V1_CPU if generation == "v1" else CLASSIC_CPU
     run = tmp_path / "run"
     left = orphan_container(docker_image, tmp_path)  # what a warm pool of the run left (c87c19b left 2-4)
-    with host_lock(RL_PORTS_LOCK):
+    with rl_ports(backstop(1800)):
         done = rl("@", str(config.relative_to(ROOT)), "--output-dir", str(run), AIR_CACHE_DIR=str(tmp_path / "cache"),
                   FAKE_RL_OUT=str(out))  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -195,7 +195,7 @@ def test_a_second_run_beside_a_first_is_refused_at_once_and_the_first_goes_on(tm
     first_seen, release, run = tmp_path / "first.json", tmp_path / "release", tmp_path / "run"
     command = [str(RL_SCRIPT), "@", str(V1_CPU), "--model.name", str(tiny_model_dir), "--output-dir", str(run)]
     env = {**os.environ, "FAKE_RL_OUT": str(first_seen), "FAKE_RL_UNTIL": str(release)}
-    with host_lock(RL_PORTS_LOCK):
+    with rl_ports(backstop(1800)):
         first = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             deadline = time.monotonic() + backstop(60)
@@ -215,6 +215,43 @@ def test_a_second_run_beside_a_first_is_refused_at_once_and_the_first_goes_on(tm
     assert line.endswith(f"wait for it to end, or stop it with `kill {first.pid}`")
     assert not (tmp_path / "r2").exists()  # nothing of a second run was made
     assert first.returncode == 0 and first_err.strip().splitlines()[-1].startswith("rl: exit 0; the run's folder:")
+
+
+REFILLING = """
+import asyncio, sys
+from air.sandbox.config import SandboxConfig
+from air.sandbox.pool import SandboxPool
+async def main():
+    pool = SandboxPool(SandboxConfig(image=sys.argv[1], run_id=sys.argv[2]), size=12, max_starting=12)
+    await pool.start()
+    await asyncio.sleep(600)
+asyncio.run(main())
+"""
+
+
+def test_a_run_ended_while_its_pool_refills_leaves_no_container(tmp_path, docker_image):
+    """An env worker stopped (SIGKILL: no exit hook runs) while its warm pool is starting containers, as prime-rl
+    stops them at a run's end: what `uv run rl` does after the run leaves none of them, then or seconds later."""
+    from air.cli.rl_command import reap_what_the_run_left
+
+    run_id = f"rl-refill-{os.getpid()}-{tmp_path.name}"
+    ours = {"label": f"{LABEL_RUN}={run_id}"}
+    client = docker.from_env()
+    worker = subprocess.Popen([sys.executable, "-c", REFILLING, docker_image, run_id])
+    try:
+        deadline = time.monotonic() + backstop(120)
+        while not client.containers.list(all=True, filters=ours, ignore_removed=True):  # the refill is under way
+            assert worker.poll() is None and time.monotonic() < deadline, "the pool started no container"
+            time.sleep(0.02)
+        ready = client.containers.list(all=True, filters=ours, ignore_removed=True)
+    finally:
+        worker.kill()
+        worker.wait()
+    assert len(ready) < 12, "the pool had finished: the worker was not stopped mid-refill"
+    reap_what_the_run_left()  # (another suite's pool may reap some of them first: what counts is what is left)
+    assert client.containers.list(all=True, filters=ours, ignore_removed=True) == []
+    time.sleep(5)  # a create the engine finishes late would show now
+    assert client.containers.list(all=True, filters=ours, ignore_removed=True) == []
 
 
 def orphan_container(image: str, tmp_path: Path) -> str:
@@ -259,7 +296,7 @@ def test_a_typod_key_is_prime_rls_own_message_and_leaves_nothing(tmp_path, docke
         unavailable("a typo'd key through prime-rl's rl", "no 559b447 --cpu install: AIR_TEST_PRIME_RL_V1_CPU_DIR")
     config = tmp_path / "rl.toml"
     config.write_text(re.sub(r"(?m)^batch_size = 4 ", "bach_size = 4 ", V1_CPU.read_text()))
-    with host_lock(RL_PORTS_LOCK):
+    with rl_ports(backstop(1800)):
         done = rl("--prime-rl", str(checkout), "@", str(config), "--model.name", str(tiny_model_dir),
                   "--output-dir", str(tmp_path / "run"))  # fmt: skip
         left = [

@@ -27,7 +27,7 @@ import psutil
 import pytest
 
 from air.launch.prime_rl import cpu_venv
-from rigs.host_lock import RL_PORTS_LOCK, host_lock
+from rigs.host_lock import rl_ports
 from rigs.patience import backstop
 from rigs.prime_rl_inference import inference_server, load_weights, sample_logprob
 from rigs.served_vs_trained import compare, write_decoy
@@ -39,9 +39,8 @@ pytestmark = pytest.mark.xdist_group(PRIME_RL_RL)
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 3
 # prime-rl's launchers take fixed ports (vLLM on 8000, env servers from 5000, the rollout transport's 5555):
-# one rl run at a time on this host, whichever worker or suite asks (a lock file; the xdist group above keeps
-# them on one worker of a suite, and this lock holds across suites).
-HOST_LOCK = RL_PORTS_LOCK
+# one rl run at a time on this host, whichever worker or suite asks (rigs.host_lock.rl_ports; the xdist group above
+# keeps them on one worker of a suite, the lock holds across suites, and a user's own run is waited for).
 
 
 def cpu_install(checkout: Path | None, fix: str) -> Path:
@@ -88,7 +87,7 @@ def run_rl(checkout: Path, config: Path, cache: Path, out: Path) -> tuple[int, s
     env |= {"AIR_STATE_DIR": str(out.parent / "state"), "AIR_CACHE_DIR": str(cache)}
     subprocess.run([sys.executable, "-m", "air.launch.installs", "record", str(checkout)], env=env, check=True)
     log = out.parent / "rl.log"
-    with host_lock(HOST_LOCK), open(log, "w") as output:
+    with rl_ports(backstop(1800)), open(log, "w") as output:
         proc = subprocess.Popen(
             ["uv", "run", "rl", "@", str(config), "--output-dir", str(out)],
             cwd=ROOT,
