@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import copy
 import ipaddress
-from typing import Any
+from typing import Any, Literal
 
-Generation = str  # "classic" (prime-rl c87c19b, verifiers 0.1.x) | "v1" (prime-rl main, verifiers v1)
+Generation = Literal["classic", "v1"]  # prime-rl c87c19b, verifiers 0.1.x | prime-rl main, verifiers v1
 V1_COMMIT = "559b447"  # the prime-rl commit the v1 configs and schema are checked against
 CONFIG_FOLDERS = {"classic": "configs/mlgym", "v1": "configs/mlgym-v1"}
 

@@ -14,19 +14,18 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
+from air.launch.config_v1 import CONFIG_FOLDERS, V1_COMMIT, Generation
 from air.launch.prime_rl import PrimeRlInstall
 from air.launch.process_records import state_dir
 
-Generation = Literal["classic", "v1"]
 REGISTRY = "prime-rl-installs.json"
 # What `install_prime_rl.sh` installs for each generation's configs (its --commit), for the fix a message names.
 INSTALL_COMMAND = {
     "classic": "bash scripts/install_prime_rl.sh --cpu",
-    "v1": "bash scripts/install_prime_rl.sh --cpu --commit 559b447",
+    "v1": f"bash scripts/install_prime_rl.sh --cpu --commit {V1_COMMIT}",
 }
-CONFIG_FOLDER = {"classic": "configs/mlgym/", "v1": "configs/mlgym-v1/"}
+CONFIG_FOLDER = {generation: f"{folder}/" for generation, folder in CONFIG_FOLDERS.items()}
 
 
 class InstallProblem(Exception):

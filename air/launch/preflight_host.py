@@ -81,12 +81,11 @@ def _recorded_install(ctx: PreflightContext):
     """The install `uv run rl` uses for the configs' generation (install_prime_rl.sh records it), unless
     $PRIME_RL_DIR names another: what `air check --config C` checks is what `uv run rl @ C` would run."""
     from air.launch.installs import InstallProblem, install_for
+    from air.launch.prime_rl import PrimeRlInstall
 
     generations = {c.generation for c in ctx.configs}
     if os.environ.get("PRIME_RL_DIR") or len(generations) != 1:
         return None
-    from air.launch.prime_rl import PrimeRlInstall
-
     generation = generations.pop()
     try:
         root = install_for(generation).root

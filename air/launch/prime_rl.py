@@ -45,9 +45,9 @@ class PrimeRlInstall:
     def venv(self) -> Path:
         """prime-rl's own ``.venv`` (``uv sync``: the GPU route), else the CPU routes' venv
         (``install_prime_rl.sh --cpu``, ``--cpu-trainer``, ``--orchestrator-only``), whichever holds a Python."""
-        for name in (".venv", CPU_VENV, LEGACY_CPU_VENV):
-            if (self.root / name / "bin" / "python").exists():
-                return self.root / name
+        for venv in (self.root / ".venv", cpu_venv(self.root)):
+            if (venv / "bin" / "python").exists():
+                return venv
         return self.root / ".venv"
 
     @property

@@ -11,7 +11,7 @@ from typing import Any
 
 from air.launch.config_files import PRIME_RL_COMMIT
 from air.launch.config_v1 import V1_COMMIT
-from air.launch.prime_rl import CPU_VENV, LEGACY_CPU_VENV, find_prime_rl, same_commit
+from air.launch.prime_rl import cpu_venv, find_prime_rl, same_commit
 from air.rehearsal.errors import RehearsalError
 
 INSTALLS = {
@@ -23,7 +23,6 @@ TRAINER_INSTALLS = {
     "classic": "bash scripts/install_prime_rl.sh --cpu-trainer [DIR]",
     "v1": f"bash scripts/install_prime_rl.sh --cpu-trainer --commit {V1_COMMIT} [DIR]",
 }
-VENVS = (CPU_VENV, LEGACY_CPU_VENV, ".venv")  # the CPU install's (its name, an older one), else a full install's
 ORCHESTRATOR_MODULE = "prime_rl.orchestrator.orchestrator"
 IMPORTING = "importing prime-rl's orchestrator (a fresh venv's first import can take minutes)"
 
@@ -70,8 +69,8 @@ def find_orchestrator_python(
             f"prime-rl in {install.root} is at {at}, not the pinned {PRIME_RL_COMMIT}{newer}; "
             f"run {hint.replace('[DIR]', str(install.root))} to check it out"
         )
-    for venv in VENVS:
-        python = install.root / venv / "bin" / "python"
+    for venv in (cpu_venv(install.root), install.root / ".venv"):  # the CPU install's, else a full install's
+        python = venv / "bin" / "python"
         if python.exists():
             break
     else:

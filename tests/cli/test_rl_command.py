@@ -24,7 +24,7 @@ import pytest
 from air.launch.installs import inspect, install_for, record, registry_path
 from air.launch.rl_runs import last_rl_run
 from air.sandbox.config import LABEL, LABEL_HOST, LABEL_PID, LABEL_RUN, LABEL_STARTED
-from rigs.host_lock import rl_ports
+from rigs.host_lock import RL_PORTS_LOCK, host_lock, rl_ports
 from rigs.patience import backstop
 from tests.conftest import PRIME_RL_RL, unavailable
 from tests.opt_in import prime_rl_cpu_checkout
@@ -71,11 +71,12 @@ def fake_install(root: Path, generation: str, cpu: bool = True) -> Path:
 def rl(*args: str, cwd: Path = ROOT, **env: str) -> subprocess.CompletedProcess[str]:
     """The project's `rl`; a stand-in that ran leaves its record in FAKE_RL_OUT (refused: there is none)."""
     assert RL_SCRIPT.exists(), f"{RL_SCRIPT}: the launcher group is not in this environment (uv sync)"
-    seen = Path(tempfile.mkdtemp(prefix="air-fake-rl-")) / "seen.json"
-    full = {"FAKE_RL_OUT": str(seen), **os.environ, **env}
-    done = subprocess.run([str(RL_SCRIPT), *args], cwd=cwd, env=full, capture_output=True, text=True,
-                          timeout=backstop(120))  # fmt: skip
-    done.seen = Path(full["FAKE_RL_OUT"])  # type: ignore[attr-defined]
+    with tempfile.TemporaryDirectory(prefix="air-fake-rl-") as scratch:
+        full = {"FAKE_RL_OUT": str(Path(scratch) / "seen.json"), **os.environ, **env}
+        done = subprocess.run([str(RL_SCRIPT), *args], cwd=cwd, env=full, capture_output=True, text=True,
+                              timeout=backstop(120))  # fmt: skip
+        seen = Path(full["FAKE_RL_OUT"])
+        done.seen = seen.read_text() if seen.exists() else None  # type: ignore[attr-defined]
     return done
 
 
@@ -85,7 +86,7 @@ def one_line(done: subprocess.CompletedProcess[str]) -> str:
     assert done.returncode == 2, done
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("rl: ") and not done.stdout, done
-    assert not done.seen.exists(), json.loads(done.seen.read_text())  # type: ignore[attr-defined]
+    assert done.seen is None, done.seen  # type: ignore[attr-defined]
     return lines[0]
 
 
@@ -112,7 +113,7 @@ def test_a_missing_config_and_a_missing_model_folder_are_one_line_each(tmp_path)
     # prepares it (the stand-in install has none: the preparation fails, with the command that does it).
     done = rl("@", str(V1_CPU), AIR_CACHE_DIR=str(tmp_path / "cache"))
     folder = tmp_path / "cache" / "smollm2-135m-instruct"
-    assert not done.seen.exists()  # type: ignore[attr-defined]
+    assert done.seen is None  # type: ignore[attr-defined]
     assert done.returncode == 2 and done.stderr.splitlines() == [
         f"rl: preparing SmolLM2-135M-Instruct in {folder} (once; about 30 s): air smollm2",
         f"rl: cannot prepare SmolLM2 in {folder} ([Errno 2] No such file or directory: "
@@ -159,8 +160,8 @@ def test_checks_passed_the_recorded_install_runs_from_this_folder(generation, tm
     out = tmp_path / "seen.json"
     config = V1_CPU if generation == "v1" else CLASSIC_CPU
     run = tmp_path / "run"
-    left = orphan_container(docker_image, tmp_path)  # what a warm pool of the run left (c87c19b left 2-4)
     with rl_ports(backstop(1800)):
+        left = orphan_container(docker_image, tmp_path)  # what a warm pool of the run left (c87c19b left 2-4)
         done = rl("@", str(config.relative_to(ROOT)), "--output-dir", str(run), AIR_CACHE_DIR=str(tmp_path / "cache"),
                   FAKE_RL_OUT=str(out))  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -229,6 +230,8 @@ asyncio.run(main())
 """
 
 
+# Its reaper takes every orphan of the host: never beside this suite's test that plants one for the front to reap.
+@pytest.mark.xdist_group(PRIME_RL_RL)
 def test_a_run_ended_while_its_pool_refills_leaves_no_container(tmp_path, docker_image):
     """An env worker stopped (SIGKILL: no exit hook runs) while its warm pool is starting containers, as prime-rl
     stops them at a run's end: what `uv run rl` does after the run leaves none of them, then or seconds later."""
@@ -237,18 +240,19 @@ def test_a_run_ended_while_its_pool_refills_leaves_no_container(tmp_path, docker
     run_id = f"rl-refill-{os.getpid()}-{tmp_path.name}"
     ours = {"label": f"{LABEL_RUN}={run_id}"}
     client = docker.from_env()
-    worker = subprocess.Popen([sys.executable, "-c", REFILLING, docker_image, run_id])
-    try:
-        deadline = time.monotonic() + backstop(120)
-        while not client.containers.list(all=True, filters=ours, ignore_removed=True):  # the refill is under way
-            assert worker.poll() is None and time.monotonic() < deadline, "the pool started no container"
-            time.sleep(0.02)
-        ready = client.containers.list(all=True, filters=ours, ignore_removed=True)
-    finally:
-        worker.kill()
-        worker.wait()
-    assert len(ready) < 24, "the pool had finished: the worker was not stopped mid-refill"
-    reap_what_the_run_left()  # (another suite's pool may reap some of them first: what counts is what is left)
+    with host_lock(RL_PORTS_LOCK):  # nor beside another suite's (it plants its orphan under this lock)
+        worker = subprocess.Popen([sys.executable, "-c", REFILLING, docker_image, run_id])
+        try:
+            deadline = time.monotonic() + backstop(120)
+            while not client.containers.list(all=True, filters=ours, ignore_removed=True):  # the refill is under way
+                assert worker.poll() is None and time.monotonic() < deadline, "the pool started no container"
+                time.sleep(0.02)
+            ready = client.containers.list(all=True, filters=ours, ignore_removed=True)
+        finally:
+            worker.kill()
+            worker.wait()
+        assert len(ready) < 24, "the pool had finished: the worker was not stopped mid-refill"
+        reap_what_the_run_left()  # (another suite's pool may reap some of them first: what counts is what is left)
     assert client.containers.list(all=True, filters=ours, ignore_removed=True) == []
     time.sleep(5)  # a create the engine finishes late would show now
     assert client.containers.list(all=True, filters=ours, ignore_removed=True) == []

