@@ -13,13 +13,13 @@ import argparse
 import asyncio
 import logging
 import shlex
-import sys
 from pathlib import Path
 
 from air.cli.errors import CommandError
 from air.cli.help import DefaultsHelpFormatter
 from air.cli.options import add_model_options, flag_of, settings_from_args
 from air.fleet.settings import SpreadSettings
+from air.sandbox.neutral import log_to_stderr
 
 OVERLAY_FIELDS = ("lost_after_s", "probe_interval_s")  # the spreader's options an overlay may set
 
@@ -113,7 +113,7 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def _logging() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    log_to_stderr(logging.INFO)  # an env node's lines may quote its containers
 
 
 def cmd_node(args: argparse.Namespace) -> int:

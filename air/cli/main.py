@@ -22,6 +22,7 @@ from air.cli.runs import register_policy_server, register_standalone, register_t
 from air.cli.sandbox import register_build_image
 from air.cli.tasks import register_demo, register_tasks
 from air.cli.view import register_view
+from air.sandbox.neutral import neutral
 
 _REGISTRARS: list[Callable[[argparse._SubParsersAction], None]] = [
     register_build_image,
@@ -61,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return func(args)
     except CommandError as exc:
-        print(f"air: error: {exc}", file=sys.stderr)
+        print(f"air: error: {neutral(exc, lines=True)}", file=sys.stderr)  # it may quote a container or the model
         return 1
     except KeyboardInterrupt:
         print("air: interrupted", file=sys.stderr)

@@ -5,13 +5,17 @@ Such a program gives verifiers' logger its handlers and stops it propagating, an
 A warning of ours then finds no handler: Python prints its bare message wherever stderr's cursor is
 (the classic vf-eval: glued to tqdm's bar), or, where the program switched that fallback off (vf-eval
 0.4.0 under its dashboard), only 'No handlers could be found for logger "air.sandbox.storage"'.
-The fronts call :func:`follow` with the logger their verifiers configures.
+The fronts call :func:`follow` with the logger their verifiers configures. What they get is neutral
+(air.sandbox.neutral): a record may carry a container's output or the model's words, and the host's own
+formatter would pass them on as they are.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+
+from air.sandbox.neutral import neutral_record
 
 OURS = "air"
 
@@ -28,10 +32,17 @@ class HostHandler(logging.Handler):
         if logging.getLogger().handlers:  # the program logs through the root (air standalone's run.log): ours go there
             return
         host = [h for h in logging.getLogger(self.library).handlers if not isinstance(h, logging.NullHandler)]
+        if not host and record.levelno < logging.WARNING:
+            return
+        try:
+            record = neutral_record(record)
+        except Exception:  # a record whose arguments do not fit its message: logging's own report of it
+            self.handleError(record)
+            return
         for handler in host:
             if record.levelno >= handler.level:
                 handler.handle(record)
-        if not host and record.levelno >= logging.WARNING:
+        if not host:
             _write_line(f"{record.levelname.lower()}: {record.getMessage()}")
 
 

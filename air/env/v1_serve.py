@@ -14,12 +14,14 @@ import sys
 import threading
 from pathlib import Path
 
+from air.sandbox.neutral import log_to_stderr
+
 # Set by air.fleet.node: the read end of a pipe whose write end only the node holds, so EOF says it is gone.
 NODE_PIPE = "AIR_FLEET_NODE_PIPE"
 
 
 def _log_setup() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    log_to_stderr(logging.INFO)  # a masked rollout's line quotes the container
 
 
 def end_with_node() -> None:

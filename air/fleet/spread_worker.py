@@ -19,6 +19,7 @@ from air.fleet.folder import FleetFolder
 from air.fleet.front import REFUSED
 from air.fleet.settings import SpreadSettings
 from air.fleet.spreader import Spreader
+from air.sandbox.neutral import log_to_stderr
 
 
 def _end_with_relay(fd: int) -> None:
@@ -53,7 +54,7 @@ def main(argv: list[str]) -> int:
     spec, lifeline = json.loads(argv[0]), int(argv[1])
     _end_with_relay(lifeline)
     _first_for_oom()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    log_to_stderr(logging.INFO)  # an env node's reasons for being sick or lost come from that node
     try:
         spreader = Spreader(
             FleetFolder(spec["folder"]),

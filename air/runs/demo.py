@@ -26,6 +26,7 @@ from rich.text import Text
 
 from air.sandbox.config import SandboxConfig
 from air.sandbox.errors import SandboxError
+from air.sandbox.neutral import neutral
 from air.sandbox.pool import SandboxPool
 from air.tasks.config import TaskError
 from air.tasks.loader import MissingDataError, Task, UnknownTaskError, load_task
@@ -226,7 +227,8 @@ def print_results(results: Sequence[DemoResult], console: Console, image: str) -
     # Reasons and fixes at full length, one paragraph each: a table cell would cut or fold them.
     for r in ordered:
         if r.detail:
-            line = Text.assemble((r.name, "bold"), f" ({r.status}): {r.detail}")
+            detail = neutral(r.detail, lines=True)  # it may end with the baseline's output
+            line = Text.assemble((r.name, "bold"), f" ({r.status}): {detail}")
             console.print(line, highlight=False, soft_wrap=True)  # unbroken: commands in it are copied
     counts = {status: sum(r.status == status for r in results) for status in get_args(Status)}
     verdict = "FAILED" if demo_failed(results) else "ok"

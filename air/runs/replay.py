@@ -22,6 +22,7 @@ from air.env.trajectory_reader import load_trajectory, recorded_commands, record
 from air.runs.interruption import GracefulInterrupt, Terminated
 from air.runs.replay_checkout import checkout_differences
 from air.sandbox.errors import SandboxesUnavailable
+from air.sandbox.neutral import neutral
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -184,7 +185,7 @@ def render_comparison(comparison: dict[str, Any], console: Console) -> None:
 
     # The title on a line of its own: as the table's title it would wrap at the table's width, mid-path.
     title = f"replay of {comparison['path']} ({comparison['task']}, {comparison['commands']} commands)"
-    console.print(title, style="italic", markup=False, highlight=False)
+    console.print(neutral(title), style="italic", markup=False, highlight=False)  # the task: the record's word
     table = Table()
     table.add_column("evaluation", justify="right")
     table.add_column(f"recorded {comparison['metric'] or 'score'}", justify="right")
@@ -198,7 +199,7 @@ def render_comparison(comparison: dict[str, Any], console: Console) -> None:
         table.add_row(str(i + 1), _num(rec), _num(new), "[green]yes" if ok else "[red]no")
     console.print(table)
     for note in comparison["notes"]:
-        console.print(f"note: {escape(note)}")
+        console.print(f"note: {neutral(note, markup=True)}")  # it may name the record's image
     if comparison["checkout_differences"]:
         files = "; ".join(comparison["checkout_differences"])
         console.print(f"[yellow]warning:[/] the checkout differs from the run's: {escape(files)}")

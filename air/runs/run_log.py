@@ -1,7 +1,8 @@
 """Where a run's log lines go: all of them, tracebacks included, to the run's ``run.log``; on the console
 only warnings and errors, one line each (the chain behind a line is in the file), and a line that comes
 again (the same cause in every rollout: a dead endpoint, a full disk) once, with its count at the end.
-A ``run.log`` the disk stops taking says so once on the console and takes nothing more."""
+A ``run.log`` the disk stops taking says so once on the console and takes nothing more. Both show each line
+neutral (air.sandbox.neutral): a record may carry a container's output or the model's words."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
+from air.sandbox.neutral import NeutralFormatter, neutral
+
 # Loggers whose INFO lines belong in the run's file; other libraries' (httpx logs every request) only
 # from WARNING up.
 OUR_LOGGERS = ("air", "verifiers", "simple_env", "air_mlgym")
-_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 class _OursAtInfo(logging.Filter):
@@ -28,8 +30,7 @@ class OneLineFormatter(logging.Formatter):
     """A record's first line, without its traceback."""
 
     def format(self, record: logging.LogRecord) -> str:
-        lines = record.getMessage().splitlines() or [""]
-        return f"{record.levelname.lower()}: {lines[0]}"
+        return f"{record.levelname.lower()}: {first_line(record.getMessage())}"
 
 
 class _CurrentStderr(logging.StreamHandler):
@@ -40,9 +41,16 @@ class _CurrentStderr(logging.StreamHandler):
         super().emit(record)
 
 
+CONSOLE_LIMIT = 2_000  # one console line of a log record; run.log has the whole record
+
 # What differs between two lines of one cause: a file's path (a rollout's own trajectory), a hex id.
 _PATH = re.compile(r"(?<![\w.])/[^\s'\"),;]+")
 _HEX_ID = re.compile(r"\b[0-9a-f]{8,}\b")
+
+
+def first_line(message: str) -> str:
+    """A message's first line as the console shows it: neutral, cut at a line's length."""
+    return neutral((message.splitlines() or [""])[0], limit=CONSOLE_LIMIT)
 
 
 def cause_of(message: str) -> str:
@@ -62,7 +70,7 @@ class RepeatsCounted(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         key = (record.levelname.lower(), cause_of(record.getMessage()))
         self.counts[key] += 1
-        self.first.setdefault(key, (record.getMessage().splitlines() or [""])[0])
+        self.first.setdefault(key, first_line(record.getMessage()))
         return self.counts[key] == 1
 
     def repeated(self) -> list[str]:
@@ -116,7 +124,7 @@ def log_file(path: Path) -> Iterator[None]:
     handler = _RunLogFile(path)
     handler.setLevel(logging.INFO)
     handler.addFilter(_OursAtInfo())
-    handler.setFormatter(logging.Formatter(_FORMAT))
+    handler.setFormatter(NeutralFormatter())
     with _attached(handler, logging.INFO):
         yield
 

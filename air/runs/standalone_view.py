@@ -14,7 +14,10 @@ from rich.table import Table
 from air.runs.progress_lines import ProgressLines
 from air.runs.run_folder import RUN_FILES
 from air.runs.standalone_settings import StandaloneSettings
+from air.sandbox.neutral import neutral
 from air.serving.models.served_model import is_model_spec
+
+CAUSE_LIMIT = 300  # masked_cause's own cut; a summary.json edited by hand is cut here
 
 
 def _fmt(value: float, digits: int = 3) -> str:
@@ -129,5 +132,5 @@ def print_masked(console: Console, summary: dict[str, Any]) -> None:
     if not summary.get("masked"):
         return
     console.print(f"{summary['masked']} of {summary['rollouts']} rollouts masked (left out of training):")
-    for cause, count in summary.get("masked_causes", {}).items():
-        console.print(f"  {count} x {cause}")
+    for cause, count in summary.get("masked_causes", {}).items():  # a cause may quote the container or the model
+        console.print(f"  {count} x {neutral(cause, limit=CAUSE_LIMIT, markup=True)}", emoji=False)

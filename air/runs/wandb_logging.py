@@ -10,6 +10,9 @@ does not report (e.g. ``exit_status`` on simple_env) is None. The run config is 
 wandb's own environment variables apply (WANDB_MODE, WANDB_PROJECT, WANDB_NAME, WANDB_ENTITY,
 WANDB_DIR, ...). Without WANDB_DIR, wandb's files go under the standalone output dir.
 
+The agent's text in the table (commands, causes) goes as ``air.sandbox.neutral`` shows it: no control
+characters, cut to length.
+
 W&B is a copy: if it fails (no API key, a network error), a warning is logged, W&B logging stops,
 and the run and its own files (steps.jsonl, summary.json) go on.
 """
@@ -30,6 +33,7 @@ from air.env.metrics import metric_value, task_name_of
 from air.env.trajectories import TrajectoryError, TrajectoryRecord
 from air.env.trajectory_reader import load_trajectory, recorded_commands
 from air.runs.standalone import StandaloneSettings, group_advantages, masked_cause
+from air.sandbox.neutral import neutral
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +119,7 @@ def _row(output: dict[str, Any], advantage: float | None) -> SampleRow:
         validates=_int(metric("validates")),
         exit_status=record.exit_status if record is not None else None,
         stop_condition=output.get("stop_condition"),
-        error=masked_cause(error) if error else None,
+        error=neutral(masked_cause(error)) if error else None,
         commands=_join(commands),
         trajectory=path,
     )
@@ -143,10 +147,7 @@ def _commands_of(completion: Any) -> list[str] | None:
 def _join(commands: list[str] | None) -> str | None:
     if commands is None:
         return None
-    text = "\n".join(f"$ {c}" for c in commands)
-    if len(text) > MAX_COMMANDS_CHARS:
-        text = text[:MAX_COMMANDS_CHARS] + f"\n... [{len(text) - MAX_COMMANDS_CHARS} more characters]"
-    return text
+    return neutral("\n".join(f"$ {c}" for c in commands), lines=True, limit=MAX_COMMANDS_CHARS)
 
 
 def _int(value: Any) -> int | None:

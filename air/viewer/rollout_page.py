@@ -8,7 +8,7 @@ from air.env.actions import split_think
 from air.env.trajectories import TrajectoryRecord, Turn, TurnEvaluation
 from air.viewer import charts, stats
 from air.viewer.index import agent_of
-from air.viewer.plain import code_block, code_span, escape_markdown
+from air.viewer.plain import code_block, code_span, escape_markdown, literal
 
 
 def render_rollout(record: TrajectoryRecord, key: str) -> None:
@@ -123,14 +123,14 @@ def _turn_body(turn: Turn, record: TrajectoryRecord) -> None:
     visible, reasoning = split_think(turn.model_text)
     if reasoning:
         with st.expander("Reasoning (folded)"):
-            st.code(reasoning, language=None, wrap_lines=True)
+            st.code(literal(reasoning), language=None, wrap_lines=True)
     st.caption("Model")
-    st.code(visible.strip() or "(empty reply)", language="markdown", wrap_lines=True)
+    st.code(literal(visible.strip() or "(empty reply)"), language="markdown", wrap_lines=True)
     if turn.format_error:
         st.warning("Format error:" + code_block(turn.format_error))
     if turn.command is not None:
         st.caption("Command")
-        st.code(turn.command, language="bash", wrap_lines=True)
+        st.code(literal(turn.command), language="bash", wrap_lines=True)
     details = [f"exit code {turn.exit_code}" if turn.exit_code is not None else "exit code unknown"]
     details.append(f"{turn.duration_s:.2f} s")
     if turn.timed_out:
@@ -138,7 +138,7 @@ def _turn_body(turn: Turn, record: TrajectoryRecord) -> None:
     if turn.executed_after_last_turn:
         details.append("run after the last turn")
     st.caption(escape_markdown("Output · " + " · ".join(details)))
-    st.code(turn.output or "(no output)", language=None, wrap_lines=True, height="content")
+    st.code(literal(turn.output or "(no output)"), language=None, wrap_lines=True, height="content")
     if turn.evaluation is not None:
         evaluation = turn.evaluation
         message = escape_markdown(_evaluation_line(evaluation))

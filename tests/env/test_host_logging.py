@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -50,6 +51,43 @@ def test_where_nothing_is_configured_the_warning_is_its_own_line_beside_a_progre
     done = run_python(code)
     pieces = [piece.strip() for line in done.stderr.splitlines() for piece in line.split("\r")]
     assert "warning: no disk quota, said here" in pieces, repr(done.stderr)
+
+
+# A masked rollout's line (air.env.core) quotes the container: colours, an OSC 8 link, C0/C1 controls, bidi.
+HOSTILE_MASKED = (
+    "import logging\n"
+    "try:\n"
+    "    raise RuntimeError('out: \\x1b[31mred\\x1b]8;;http://evil.example\\x07click\\x1b]8;;\\x07'\n"
+    "                       ' \\x07\\x9b2J \\u202eevil')\n"
+    "except RuntimeError as exc:\n"
+    "    logging.getLogger('air.env.core').warning('rollout of %s masked: %s', 'dial', exc, exc_info=exc)\n"
+)
+
+
+@pytest.mark.parametrize("where", ["eval_log", "own_line"])
+def test_a_masked_rollouts_line_reaches_the_hosts_log_inert(where: str, tmp_path: Path) -> None:
+    """The host's formatter is not ours: the record it gets is already neutral, message and traceback."""
+    log = tmp_path / "eval.log"
+    setup = "import sys, verifiers; verifiers.setup_logging('CRITICAL', log_file=sys.argv[1], log_file_level='INFO')\n"
+    done = run_python((setup if where == "eval_log" else "") + "import air.env.mlgym_env\n" + HOSTILE_MASKED, str(log))
+    assert done.returncode == 0, done.stderr
+    text = log.read_text() if where == "eval_log" else done.stderr
+    assert "rollout of dial masked: out: redclick <U+0007> <U+202E>evil" in text, text
+    assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e]", text) and "evil.example" not in text, text
+    if where == "eval_log":
+        assert "RuntimeError: out: redclick" in text  # the traceback, neutral too
+
+
+@pytest.mark.parametrize(
+    "setup", ["from air.env.v1_serve import _log_setup as setup", "from air.cli.fleet import _logging as setup"]
+)
+def test_an_env_server_or_fleet_nodes_own_log_lines_are_inert(setup: str) -> None:
+    """The processes that set up logging themselves (a v1 env server, an env node) write neutral lines."""
+    done = run_python(f"{setup}\nsetup()\n" + HOSTILE_MASKED)
+    assert done.returncode == 0, done.stderr
+    assert "rollout of dial masked: out: redclick <U+0007> <U+202E>evil" in done.stderr, done.stderr
+    assert "RuntimeError: out: redclick" in done.stderr
+    assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e]", done.stderr), done.stderr
 
 
 @pytest.mark.docker

@@ -5,6 +5,7 @@ icons, copied from its frontend bundle). test_viewer_plain_text.py checks the sa
 
 from __future__ import annotations
 
+import contextlib
 import html
 import re
 
@@ -116,3 +117,46 @@ def test_an_evaluation_error_stays_out_of_the_title() -> None:
     failed = TurnEvaluation(status="evaluation_failed", score=None, metrics=None, error="score 9.99 **forged**")
     title = _turn_title(Turn(index=1, model_text="", command="validate", evaluation=failed), 1)
     assert "forged" not in title and MD.renderInline(title).endswith("</code> — validate: evaluation_failed")
+
+
+# Issue 62: what a terminal would obey (colours, OSC 8 links, a title), C0 and C1 controls, invisible marks.
+TERMINAL = "score \x1b[31m4.99\x1b[0m \x1b]8;;http://evil.example\x07click\x1b]8;;\x07 bell\x07 nul\x00 zw\u200b \x9b2J"
+RAW = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b\u202a-\u202e]")
+
+
+def test_terminal_escapes_and_controls_never_reach_a_label_or_alert() -> None:
+    for rendered in (escape_markdown(TERMINAL), code_span(TERMINAL), code_block(TERMINAL)):
+        assert not RAW.search(rendered) and "evil.example" not in rendered, rendered
+    assert (
+        "score 4.99 click bell<U+0007> nul<U+0000> zw<U+200B>"
+        in MD.parseInline(code_span(TERMINAL))[0].children[0].content
+    )
+
+
+def test_a_steps_code_blocks_show_the_agents_text_inert(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Model reply, command and output go to st.code, which shows text as it is: there too, one neutraliser."""
+    from types import SimpleNamespace
+
+    import air.viewer.rollout_page as page
+
+    shown: list[str] = []
+
+    class Page:  # what _turn_body calls on Streamlit, recording the code blocks
+        def __getattr__(self, name: str):
+            def call(*args: object, **kwargs: object) -> object:
+                if name == "code":
+                    shown.append(str(args[0]))
+                return SimpleNamespace(__enter__=lambda: None, __exit__=lambda *a: None)
+
+            return call
+
+        def expander(self, *args: object, **kwargs: object):
+            return contextlib.nullcontext()
+
+    monkeypatch.setattr(page, "st", Page())
+    hostile = f"{TERMINAL} \u202eevil"
+    turn = Turn(index=1, model_text=f"<think>{hostile}</think>{hostile}", command=hostile, output=hostile)
+    page._turn_body(turn, SimpleNamespace(baseline=SimpleNamespace(score=None)))
+    assert len(shown) == 4  # reasoning, reply, command, output
+    for text in shown:
+        assert not RAW.search(text) and "evil.example" not in text and "<U+202E>evil" in text, text
