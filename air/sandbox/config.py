@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 import socket
-from typing import Annotated
+from typing import Annotated, Literal
 
 import psutil
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
@@ -127,9 +127,17 @@ class SandboxConfig(BaseModel):
     disk: SizeOrNone = Field(
         default="20g",
         description="Most bytes a container may write: the engine's quota where its storage driver can size "
-        "containers (overlay2 on xfs with pquota, btrfs, zfs); elsewhere the container's writable size is checked "
-        "every few seconds (disk_check_s) and, past it, the agent's writers are killed and its commands fail; "
-        "'' for no limit.",
+        "containers (overlay2 on xfs with pquota, btrfs, zfs); elsewhere a file system of its own for its writable "
+        "layer (disk_layer), or, where the host cannot, its writable size checked every few seconds (disk_check_s) "
+        "and, past it, the agent's writers killed and its commands failed; '' for no limit.",
+    )
+    disk_layer: Literal["auto", "loop", "watch"] = Field(
+        default="auto",
+        description="Where the engine cannot size a container (overlay2 on ext4): 'loop' puts its writable layer on "
+        "an ext4 file system of its own, `disk` in size (a sparse file, loop-mounted: needs this process as root on "
+        "the engine's host, loop devices, mkfs.ext4), so the kernel stops any write past it; 'watch' checks its "
+        "size every few seconds instead (disk_check_s; a file held only by a descriptor in flight or a mapping "
+        "escapes it); 'auto': 'loop' where the host can, else the watch (said once).",
     )
     disk_check_s: float = Field(
         default=10.0,

@@ -7,6 +7,8 @@
 - ``reap_orphans`` removes containers whose owning process is gone (even after SIGKILL), found by the
   owner labels ``air.sandbox.container`` puts on every container; it runs when a pool starts.
 - Every container this process created is removed at normal exit, on SIGINT and on SIGTERM.
+- A container's own file system (``disk_image``) goes with it: the engine's removal of its layer unmounts it (the
+  loop device and the unlinked image with it); ``destroy_container`` unmounts one an engine left behind.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 import docker
 import psutil
 
+from air.sandbox import disk_image
 from air.sandbox.config import LABEL, LABEL_HOST, LABEL_PID, LABEL_STARTED
 from air.sandbox.container import Sandbox, destroy_container, docker_client, live_container_ids
 from air.sandbox.engine import DOCKER_ERRORS, engine_answers, looks_like_engine_failure, unreachable_message
@@ -159,6 +162,7 @@ def reap_orphans(client: docker.DockerClient | None = None) -> list[str]:
                 log.warning("could not remove container %s of a dead run: %s", container.short_id, exc)
                 continue
             reaped.append(container.id)
+    disk_image.sweep(client)  # an image a killed process made but never unlinked (its container's layer: above)
     if reaped:
         log.info("removed %d sandbox container(s) left by dead processes", len(reaped))
     return reaped

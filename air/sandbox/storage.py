@@ -9,7 +9,10 @@ zfs, and overlay2 on xfs mounted with ``pquota``. The engine's info says
 "overlay2" on "xfs" but not whether project quotas are on: an engine on xfs is asked once (a container
 created with the option, then removed) and one that refuses counts as "overlay2 on xfs without pquota".
 On any other, overlay2 on ext4 being most hosts' default, the engine refuses the option, so none is
-passed, ``disk_watch`` checks the container's writable size against the limit instead, and a run says so:
+passed: the container's writable layer gets a file system of its own of the limit's size (``disk_image``: a
+loop-mounted sparse ext4 image; the kernel keeps the limit) where this process is root on the engine's host with
+loop devices, and only where it is not (``disk_layer``) ``disk_watch`` checks the container's writable size
+against the limit instead (it cannot see a file held only by a descriptor in flight or a mapping). A run says so:
 one short warning the first time an engine is used (remembered per engine ID across processes, in the
 user's cache), the whole story at INFO (a run's ``run.log``) every time. On every engine the agent's shell
 caps each file it and its programs write
@@ -17,7 +20,9 @@ caps each file it and its programs write
 number of files (``tmpfs_options``).
 
 No sized volume stands in where the driver cannot size: the only volume an ext4 host's engine sizes is a
-tmpfs, which would charge the workspace's files (datasets, checkpoints) to the container's memory limit.
+tmpfs, which would charge the workspace's files (datasets, checkpoints) to the container's memory limit; a volume
+on a loop device would bound only where it is mounted, while the agent owns /home/agent (MLGym's conda env) and
+more: ``disk_image`` bounds the whole writable layer.
 """
 
 from __future__ import annotations
@@ -95,15 +100,18 @@ def _say_no_quota(driver: str, engine_id: str) -> None:
     # Every run on such an engine would repeat the same paragraph: the console gets one line, once per engine.
     if first_notice(engine_id):
         log.warning(
-            "no disk quota for sandboxes on this Docker engine (%s): their disk use is watched instead "
-            "(said once per engine; docs/sandbox.md#disk-quota says how to get one)",
+            "no disk quota for sandboxes on this Docker engine (%s): each gets a file system of its own where this "
+            "host allows (disk_layer), else its disk use is watched (said once per engine; docs/sandbox.md#disk-quota "
+            "says how to get one)",
             driver,
         )
     log.info(
         "no disk quota for sandbox containers: this Docker engine's storage driver (%s) cannot size a container. "
-        "Each file the agent writes is still capped (max_file_size), each container's writable size is checked "
-        "against its disk limit every few seconds (a process writing past it is killed; a moment's writes may land "
-        "first), and /tmp and /dev/shm are bounded. For a quota, %s.",
+        "Each container's writable layer gets an ext4 file system of its own, its disk limit in size, where this "
+        "process is root on the engine's host with loop devices (disk_layer, air.sandbox.disk_image: the kernel "
+        "stops writes past it); elsewhere its writable size is checked against the limit every few seconds (a "
+        "process writing past it is killed; a moment's writes may land first). Each file the agent writes is "
+        "capped (max_file_size), and /tmp and /dev/shm are bounded. For a quota, %s.",
         driver,
         HOW_TO_GET_ONE,
     )

@@ -33,6 +33,7 @@ HOLD = (
 
 def config(image: str = "x", **kwargs) -> SandboxConfig:
     settings = dict(image=image, run_id="pytest", cpus=1.0, memory="1g", tmp_size="512m", disk="200m", disk_check_s=0.5)
+    settings["disk_layer"] = "watch"  # as where this process cannot loop-mount (test_disk_image: the kernel's)
     return SandboxConfig(**{**settings, "max_file_size": "512m", **kwargs})
 
 

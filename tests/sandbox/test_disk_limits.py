@@ -188,6 +188,7 @@ async def small_disk(docker_image):
         disk="64m",
         max_file_size="8m",
         disk_check_s=0.5,
+        disk_layer="watch",  # the watch, as where this process cannot loop-mount (test_disk_image: the kernel's)
         # The watch interrupts the writer as a timeout would; on a loaded host the shell can take longer than the
         # default 5 s to come back, and is then replaced (its exports lost), which these tests read as a failure.
         interrupt_grace_s=backstop(5.0),

@@ -100,7 +100,8 @@ async def test_reserved_blocks_fail_inside_the_container_through_the_rollout_pat
 @pytest.mark.timeout(300)
 async def test_an_engine_on_xfs_without_pquota_is_watched_not_refused(on_xfs_noquota, docker_image):
     assert storage_driver(on_xfs_noquota) == NO_PQUOTA
-    config = SandboxConfig(image=docker_image, run_id="pytest", cpus=1.0, memory="2g", disk="200m")
+    # The watch, as where this process cannot loop-mount (disk_layer 'auto' gives the container an fs of its own).
+    config = SandboxConfig(image=docker_image, run_id="pytest", cpus=1.0, memory="2g", disk="200m", disk_layer="watch")
     box = await Sandbox.create(config, on_xfs_noquota)  # before: "--storage-opt is supported only for ... pquota"
     try:
         assert box.disk.enabled

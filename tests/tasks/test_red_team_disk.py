@@ -14,6 +14,16 @@ from tests.red_team import RESTORE, check_rollout, honest_evaluation, run_attack
 
 pytestmark = pytest.mark.docker
 
+
+@pytest.fixture(autouse=True)
+def watched(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watch, as where this process cannot give a container a file system of its own (``disk_layer`` "auto"
+    does on a root host with loop devices: the kernel's limit, tests/sandbox/test_disk_image.py)."""
+    from air.sandbox import disk_image
+
+    monkeypatch.setattr(disk_image, "wanted", lambda config, driver, client: None)
+
+
 ONE_BIG_FILE = "head -c 100M /dev/zero > ~/big.bin; echo exit=$?; ls -la ~/big.bin"
 MANY_FILES = "for i in $(seq 1 30); do head -c 6M /dev/zero > ~/part$i.bin || break; done; sleep 15; echo done"
 

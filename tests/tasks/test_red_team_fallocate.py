@@ -24,6 +24,16 @@ from tests.red_team import check_rollout, honest_evaluation, make_env
 
 pytestmark = pytest.mark.docker
 
+
+@pytest.fixture(autouse=True)
+def watched(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watch, as where this process cannot give a container a file system of its own (``disk_layer`` "auto"
+    does on a root host with loop devices: the kernel's limit, tests/sandbox/test_disk_image.py)."""
+    from air.sandbox import disk_image
+
+    monkeypatch.setattr(disk_image, "wanted", lambda config, driver, client: None)
+
+
 LIMIT = 200 << 20
 # 3 x 1 GiB reserved on empty files, 1 GiB past the end of a 100M one, 1 GiB on a file deleted but held open by
 # the agent's shell itself (fd 3: the stop kills every process of the agent but its shell).
