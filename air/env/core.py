@@ -308,7 +308,10 @@ class MLGymCore(RolloutEnding):
                     observation = self._forfeit(rollout, unplayed_reply, exc)
             forfeited = rollout.tracker.forfeited
             if not rollout.submitted and not forfeited and (rollout.dirty or rollout.tracker.evaluations == 0):
-                _, rollout.final_evaluation, _ = await self._evaluate(rollout, "final")
+                try:
+                    _, rollout.final_evaluation, _ = await self._evaluate(rollout, "final")
+                except ShellUnstartable as exc:  # root's evaluation refused by a container the agent broke
+                    observation = self._forfeit(rollout, "", exc)
             elif rollout.turns and rollout.turns[-1].evaluation is not None:
                 rollout.final_evaluation = rollout.turns[-1].evaluation
         except (SandboxError, *DOCKER_ERRORS) as exc:

@@ -19,7 +19,7 @@ import io
 import tarfile
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -28,10 +28,12 @@ import docker
 import docker.errors
 from docker.models.containers import Container
 
+from air.sandbox import disk_image
 from air.sandbox.config import SandboxConfig, owner_labels, parse_env_gpu
 from air.sandbox.disk_watch import ContainerStopped, DiskWatch
 from air.sandbox.engine import DOCKER_ERRORS, absent_message, looks_like_engine_failure, unreachable_message
-from air.sandbox.errors import SandboxDied, SandboxError, SandboxStartError, image_missing
+from air.sandbox.errors import SandboxDied, SandboxError, SandboxStartError, ShellEnded, ShellUnstartable, image_missing
+from air.sandbox.fault import container_fault
 from air.sandbox.shell import CommandResult, Shell
 from air.sandbox.storage import driver_or_none, quota_refused_hint, storage_kwargs, watches_disk
 
@@ -98,7 +100,7 @@ def container_kwargs(config: SandboxConfig, labels: dict[str, str], driver: str 
         user="root",
         # No setuid program (su, sudo, ping) raises anyone's rights; root's own execs lose nothing by it.
         security_opt=["no-new-privileges"],
-        working_dir=config.workdir,
+        working_dir="/",  # an exec that names no folder never starts in one the agent owns (and may remove)
         labels=labels,
         nano_cpus=int(config.cpus * 1e9),
         mem_limit=config.memory,
@@ -149,8 +151,10 @@ class Sandbox:
         labels = owner_labels(config.run_id)
         driver = await asyncio.to_thread(driver_or_none, client) if config.disk else None
         kwargs = container_kwargs(config, labels, driver)
+        # Where the engine cannot size it: its writable layer on a file system of its own (``disk_image``).
+        own_fs = disk_image.LayerFs(config, await asyncio.to_thread(disk_image.wanted, config, driver, client))
         try:
-            container = await asyncio.to_thread(_create_and_start, client, kwargs)
+            container = await asyncio.to_thread(_create_and_start, client, kwargs, own_fs.prepare)
         except DOCKER_ERRORS as exc:
             if looks_like_engine_failure(exc):
                 raise SandboxStartError(f"Cannot start a sandbox container: {unreachable_message()} ({exc})") from exc
@@ -166,6 +170,8 @@ class Sandbox:
         sandbox = cls(container, config)
         sandbox.disk.enabled = watches_disk(config, driver)
         try:
+            if await asyncio.to_thread(own_fs.confirm, container):
+                sandbox.disk.enabled = False  # the kernel keeps the limit: nothing to watch
             await sandbox.shell.start()
         except SandboxDied as exc:
             # A container dead before its shell started: say how it ended (exit code, OOM, the engine's error).
@@ -222,7 +228,10 @@ class Sandbox:
         try:
             return await asyncio.to_thread(_exec)
         except DOCKER_ERRORS as exc:
-            raise SandboxDied(f"exec in container {self.container.short_id} failed: {exc}") from exc
+            fault = await asyncio.to_thread(container_fault, self.container, f"root's exec failed: {exc}", exc)
+            if isinstance(fault, ShellEnded):  # it runs, the engine answers: what refused root's exec is the agent's
+                raise ShellUnstartable(f"{fault}: the container runs, its memory or pids full") from exc
+            raise fault from exc
 
     async def copy_in(self, source: Path | str, dest_dir: str, owner: str | None = None) -> None:
         """Copy a host file or folder into ``dest_dir`` (created if missing), keeping its basename."""
@@ -331,11 +340,16 @@ def _track(container_id: str) -> None:
     _live.add(container_id)
 
 
-def _create_and_start(client: docker.DockerClient, kwargs: dict[str, Any]) -> Container:
+def _create_and_start(
+    client: docker.DockerClient, kwargs: dict[str, Any], before_start: Callable[[Container], None] | None = None
+) -> Container:
     """``containers.run`` in its two steps, so that a container the engine made but could not start (a missing
-    network, a refused device) is removed instead of left behind in the Created state."""
+    network, a refused device) is removed instead of left behind in the Created state; ``before_start`` runs
+    between them (``disk_image``)."""
     container = client.containers.create(**{k: v for k, v in kwargs.items() if k != "detach"})
     try:
+        if before_start is not None:
+            before_start(container)
         container.start()
     except BaseException:
         with contextlib.suppress(*DOCKER_ERRORS):
@@ -351,11 +365,13 @@ def destroy_container(container: Container | str, client: docker.DockerClient | 
     try:
         if isinstance(container, str):
             container = (client or docker_client()).containers.get(container)
+        own_fs = disk_image.own_layer(container)  # unmounted by the engine's removal, else by ``release``
         try:
             container.kill()
         except docker.errors.APIError:
             pass  # not running any more
         container.remove(force=True, v=True)
+        disk_image.release(own_fs)
     except docker.errors.NotFound:
         pass
     except docker.errors.APIError as exc:

@@ -1,4 +1,6 @@
-"""The container's writable size watched against its disk limit, where the engine cannot size a container.
+"""The container's writable size watched against its disk limit, where the engine cannot size a container and
+this process cannot give it a file system of its own either (``disk_image``: not root on the engine's host, no loop
+devices, or ``disk_layer`` "watch"). Where it can, the kernel keeps the limit and nothing here runs.
 
 On overlay2 over ext4 (most hosts) no quota exists, so each check measures two ways and adds them up:
 
@@ -77,7 +79,7 @@ from air.sandbox.disk_probe import (
     parse_freed,
 )
 from air.sandbox.engine import DOCKER_ERRORS
-from air.sandbox.protocol import kill_agent_argv
+from air.sandbox.root_side import kill_user_argv
 from air.sandbox.storage import human_size
 
 if TYPE_CHECKING:
@@ -293,9 +295,9 @@ class DiskWatch:
             )
 
     async def _stop_writers(self) -> None:
-        argv = kill_agent_argv(spare_pid=self._shell.pid or 0)  # every process of the agent but its shell
-        try:
-            await asyncio.to_thread(self._container.exec_run, argv, user=self._config.user, workdir="/")
+        argv = kill_user_argv(self._config.user, spare_pid=self._shell.pid or 0)  # all the agent's but its shell
+        try:  # root's: an exec of the agent's uid is the agent's to stop (root_side)
+            await asyncio.to_thread(self._container.exec_run, argv, user="root", workdir="/")
         except DOCKER_ERRORS as exc:  # the next check tries again
             log.warning("could not stop the writers in sandbox %s: %s", self._container.short_id, exc)
 

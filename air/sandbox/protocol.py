@@ -35,8 +35,9 @@ def ansi_c_quote(text: str) -> str:
     return "$'" + "".join(_QUOTE_TABLE[b] for b in data) + "'"
 
 
-def shell_argv(max_file_bytes: int = 0) -> list[str]:
-    """The exec that starts the shell; ``max_file_bytes`` caps every file it and its children write (RLIMIT_FSIZE,
+def shell_argv(max_file_bytes: int = 0, name: str = "bash") -> list[str]:
+    """The exec that starts the shell, its argv[0] ``name`` (how root finds it: ``root_side``);
+    ``max_file_bytes`` caps every file it and its children write (RLIMIT_FSIZE,
     in bash's 1024-byte blocks; 0: none). ``ulimit -f`` sets the hard limit with the soft one, so the agent cannot
     raise it again; where it fails, the engine already set a lower hard limit, which then holds."""
     limit = f"ulimit -f {-(-max_file_bytes // 1024)} 2>/dev/null; " if max_file_bytes else ""
@@ -46,48 +47,11 @@ def shell_argv(max_file_bytes: int = 0) -> list[str]:
     first_to_go = "echo 10 >/proc/self/oom_score_adj 2>/dev/null; "
     # stderr joins stdout before bash starts, so its start-up chatter ("no job control in this shell")
     # arrives in order, ahead of the first marker, instead of on Docker's separately-ordered stream.
-    return ["bash", "-c", f"{limit}{first_to_go}PS1= PS2= exec bash --noprofile --norc --noediting +m -i 2>&1"]
+    interactive = f"exec -a {name} bash --noprofile --norc --noediting +m -i 2>&1"
+    return ["bash", "-c", f"{limit}{first_to_go}PS1= PS2= {interactive}"]
 
 
 SHELL_ARGV = shell_argv()
-
-# Run as the agent to end its processes. With no pid to spare: when no new shell starts in a running container,
-# the agent's processes hold every pid the container may have (a fork bomb), so not even the shell's first fork
-# succeeds. The exec itself gets in (pids.max is checked at fork, not when the engine moves an exec into the
-# container); kill(-1) as the agent reaches all of the agent's processes in one system call, forks in flight
-# included. With a pid to spare (the shell, for the disk watch), each other process is killed by its pid: every
-# pid is tried, and the kernel lets the agent's kill reach only its own processes, whatever their name or dumpability
-# (each stat read whole with `read -d ''`: a name holding a newline or ')' hides nothing). A killed
-# process still runs until it has exited (its memory torn down: under load, after the next shell has started), so
-# the pass is repeated until no process of the agent but this one (and the spared) is alive (zombies hold only a
-# pid), for up to ~10 s. Builtins only: no fork needed. It is the agent's own exec (no root descriptor or variable;
-# its output is discarded, and closed first). The evaluation's freeze (tasks/scripts/agent_freeze.py) loops the
-# same way as a layer above, not in every container.
-_KILL_AGENT_PROCESSES = r"""
-exec </dev/null >/dev/null 2>&1
-spare=$1
-for _ in {1..200}; do
-  [[ -n $spare ]] || kill -KILL -1 2>/dev/null
-  alive=0
-  for stat in /proc/[0-9]*/stat; do
-    line=; read -r -d '' line 2>/dev/null < "$stat"
-    [[ -n $line ]] || continue
-    pid=${line%% *}; state=${line##*) }; state=${state%% *}
-    if [[ $pid != "$$" && $pid != "$spare" && $state != [ZX] ]] && kill -KILL "$pid" 2>/dev/null; then
-      alive=1
-    fi
-  done
-  (( alive )) || exit 0
-  sleep 0.05 2>/dev/null
-done
-exit 1
-"""
-
-
-def kill_agent_argv(spare_pid: int | None = None) -> list[str]:
-    """The exec, run as the agent, that kills every process of the agent but ``spare_pid`` (None: all of them)."""
-    return ["bash", "-c", _KILL_AGENT_PROCESSES, "kill-agent", "" if spare_pid is None else str(spare_pid)]
-
 
 SHELL_ENV = {"PS1": "", "PS2": "", "PROMPT_COMMAND": ""}
 

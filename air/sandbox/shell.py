@@ -8,30 +8,28 @@ markers, capped output) is ``air.sandbox.protocol``; the container's life is ``a
 from __future__ import annotations
 
 import asyncio
-import re
 import socket
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import docker
-import docker.errors
 from docker.models.containers import Container
 
 from air.sandbox.engine import DOCKER_ERRORS
-from air.sandbox.errors import SandboxDied, ShellEnded, ShellUnstartable
+from air.sandbox.errors import SandboxDied, SandboxError, ShellEnded, ShellUnstartable
+from air.sandbox.fault import container_fault
 from air.sandbox.memory_full import memory_full
 from air.sandbox.protocol import (
     SHELL_ENV,
     Capture,
     FrameDecoder,
-    kill_agent_argv,
     new_nonce,
     recovery_line,
     shell_argv,
     shell_setup,
     wrap_command,
 )
+from air.sandbox.root_side import as_user_argv, find_shell_argv, kill_tree_argv, kill_user_argv, parse_found
 
 if TYPE_CHECKING:
     from air.sandbox.config import SandboxConfig
@@ -55,45 +53,6 @@ class CommandResult:
     halted: bool = False  # stopped by ``Shell.halt`` (the disk watch), its note at the end of the output
 
 
-# Run as root on a timeout. The victims are the shell's descendants started at or after the
-# cutoff (just before the timed-out command's start, in clock ticks since boot), so earlier background
-# jobs are left alone. They are stopped first (no forking away), then interrupted and killed as the
-# comment below explains. Pure bash over /proc, so it works in any image.
-_KILL_TREE = r"""
-root=$1; cutoff=$2
-victims() {
-  declare -A parent start
-  for f in /proc/[0-9]*/stat; do
-    line=$(<"$f") 2>/dev/null || continue
-    pid=${f#/proc/}; pid=${pid%/stat}; rest=${line##*) }
-    set -- $rest; parent[$pid]=$2; start[$pid]=${20}
-  done
-  local frontier=("$root") found=() p c
-  while ((${#frontier[@]})); do
-    local next=()
-    for p in "${frontier[@]}"; do
-      for c in "${!parent[@]}"; do
-        if [[ ${parent[$c]} == "$p" ]]; then next+=("$c"); found+=("$c"); fi
-      done
-    done
-    frontier=("${next[@]}")
-  done
-  for c in "${found[@]}"; do (( ${start[$c]} >= cutoff )) && echo "$c"; done
-}
-for round in 1 2; do pids=$(victims); [ -n "$pids" ] && kill -STOP $pids 2>/dev/null; done
-pids=$(victims)
-# bash abandons the rest of the line (so `train; validate` does not go on to validate) only
-# when its foreground child dies *of SIGINT*; so SIGINT the shell and the stopped victims, let
-# them run to die of it, then SIGKILL whatever ignored it. A builtin loop breaks on the SIGINT.
-kill -INT "$root"
-if [ -n "$pids" ]; then
-  kill -INT $pids 2>/dev/null; kill -CONT $pids 2>/dev/null
-  sleep 0.2
-  kill -KILL $pids 2>/dev/null
-fi
-"""
-
-
 # Appended to the output of a command during which the agent's shell ended.
 ENDED_NOTE = (
     "\n[the shell ended during this command (killed, or replaced by exec); a new shell was started in {cwd}. "
@@ -106,8 +65,8 @@ FREED_NOTE = (
 )
 
 TICKS_PER_S = 100  # /proc's clock ticks (USER_HZ)
-# The shell's pid and its subshell's start time (field 22 of /proc/<pid>/stat, ticks since boot).
-_PID_AND_TICKS = "(read -r s </proc/self/stat; set -- ${s##*) }; echo $$ ${20})"
+# A new shell answers and can fork. Its answer proves only that: its pid and clock come from root's side.
+_READY = "(:)"
 
 
 class Shell:
@@ -136,16 +95,17 @@ class Shell:
 
     async def start(self, cwd: str | None = None) -> None:
         api = self._container.client.api
+        name = f"air-shell-{new_nonce()}"  # this start's own argv[0], by which root finds it (root_side)
 
         def _open() -> tuple[socket.socket, Any]:
             exec_id = api.exec_create(
                 self._container.id,
-                shell_argv(self._config.max_file_bytes),
+                as_user_argv(self._config.user, shell_argv(self._config.max_file_bytes, name)),
                 stdin=True,
                 stdout=True,
                 stderr=True,
                 tty=False,
-                user=self._config.user,
+                user="root",  # the agent's only once it runs (root_side.as_user_argv)
                 workdir="/",  # always there: the setup line goes to the shell's folder (shell_setup)
                 environment=SHELL_ENV,
             )["Id"]
@@ -157,23 +117,38 @@ class Shell:
         try:
             self._sock, self._sock_owner = await asyncio.to_thread(_open)
         except DOCKER_ERRORS as exc:
-            raise SandboxDied(f"cannot start a shell in container {self._container.short_id}: {exc}") from exc
+            raise await self._died(f"cannot start a shell in container {self._container.short_id}: {exc}") from exc
         self._decoder = FrameDecoder()
         loop = asyncio.get_running_loop()
         # An MLGym image's conda env goes first on PATH; start where the shell was (after a restart).
         setup = shell_setup(path_prepend=MLGYM_CONDA_BIN, cwd=cwd or self._config.workdir, workdir=self._config.workdir)
         await loop.sock_sendall(self._sock, setup)
-        # The shell's pid, and the start time of a subshell forked now: "now" in the clock of the kill's victims.
-        result = await self._run_locked(_PID_AND_TICKS, timeout=30, interruptible=False)
-        answered = time.perf_counter()
-        found = re.fullmatch(r"(\d+) (\d+)", (result.output.strip().splitlines()[-1:] or [""])[0])
-        if result.exit_code != 0 or not found:  # (a fork that failed, all pids taken: see _start_again)
+        # The shell answers and can fork (all pids taken: see _start_again). Any process of the agent can write to
+        # its stdin, so what it prints proves nothing more: its pid and the clock come from root's side.
+        result = await self._run_locked(_READY, timeout=30, interruptible=False)
+        if result.exit_code != 0:
             self.close()
             raise ShellEnded(f"shell did not start properly: {result.output[-300:]!r}")
-        self.pid = int(found[1])
-        self._tick_offset = int(found[2]) - answered * TICKS_PER_S  # the subshell started before `answered`
+        self.pid, self._tick_offset = await self._identify(name)
         if self.init_script:
             await self._run_init()
+
+    async def _identify(self, name: str) -> tuple[int, float]:
+        """The shell's pid, and /proc's clock less perf_counter's (in ticks), as root's own exec finds them."""
+        try:
+            result = await asyncio.to_thread(self._container.exec_run, find_shell_argv(name), user="root", workdir="/")
+        except DOCKER_ERRORS as exc:
+            raise await self._died(f"cannot look for the new shell as root: {exc}") from exc
+        answered = time.perf_counter()  # root's exec started before this: its offset is never above the true one
+        output = result.output.decode("utf-8", "replace")
+        found = parse_found(output)
+        if found is None:
+            raise await self._died(f"root's look for the new shell failed (exit {result.exit_code}): {output[-300:]!r}")
+        pid, now_ticks = found
+        if pid is None:  # ended, or exec'd away, since it answered: the agent's processes can do both
+            self.close()
+            raise ShellEnded("the new shell ended before root found it")
+        return pid, now_ticks - answered * TICKS_PER_S
 
     async def initialize(self, script: str) -> None:
         """Run ``script`` in the shell now and again after any restart."""
@@ -184,8 +159,9 @@ class Shell:
     async def _run_init(self) -> None:
         assert self.init_script is not None
         result = await self._run_locked(self.init_script, timeout=60, interruptible=False)
-        if result.exit_code != 0:
-            raise SandboxDied(f"shell session set-up failed (exit {result.exit_code}): {result.output[-500:]!r}")
+        if result.exit_code != 0:  # in the agent's shell, which its processes reach: a restart kills them first
+            self.close()
+            raise ShellEnded(f"shell session set-up failed (exit {result.exit_code}): {result.output[-500:]!r}")
 
     def halt(self, note: str) -> None:
         """Interrupt the command in flight as a timeout would, ``[note]`` ending its output; none in flight, nothing."""
@@ -301,8 +277,8 @@ class Shell:
         cutoff = int(self._tick_offset + (started - 0.25) * TICKS_PER_S)
 
         def _kill() -> None:
-            argv = ["bash", "-c", _KILL_TREE, "killtree", str(self.pid), str(cutoff)]
-            self._container.exec_run(argv, user="root")
+            assert self.pid is not None
+            self._container.exec_run(kill_tree_argv(self.pid, cutoff), user="root", workdir="/")
 
         try:
             await asyncio.to_thread(_kill)
@@ -327,28 +303,31 @@ class Shell:
         """A new shell for one the agent ended; True if the agent's processes had to be killed first."""
         try:
             return await self._start_again(self.cwd)
-        except ShellUnstartable:
-            raise
-        except SandboxDied as exc:
+        except SandboxDied as exc:  # the host's (ShellUnstartable, the agent's, passes through)
             raise SandboxDied(f"{ended}; a new shell did not start: {exc}") from exc
 
     async def _start_again(self, cwd: str) -> bool:
         """Start a new shell. One that cannot start in a running container had its pids or memory taken by the
         agent's processes: they are killed and a shell started once more (True), thrice at most (a fork that
-        escaped ``kill -1``, a start slowed by load). If it still cannot start while root answers, or the memory
-        is full of what no kill frees (``memory_full``), the agent made it so (``ShellUnstartable``: its
-        failure, penalised); only a container that stopped or an engine that does not answer is the host's."""
+        escaped ``kill -1``, a start slowed by load). Masked only on proof that the host failed (the engine does not
+        answer, the container was stopped or removed from outside); a container that runs, or that the OOM killer
+        stopped, and still has no shell is the agent's doing (``ShellUnstartable``: its failure, penalised)."""
         try:
             await self.start(cwd=cwd)
             return False
-        except ShellEnded:
+        except ShellEnded as exc:
             self.close()
+            ended = exc
         for pause in (0.0, 1.0, 2.0):  # root's exec fails too while an OOM storm lasts; what it killed frees memory
             await asyncio.sleep(pause)
             try:
-                await asyncio.to_thread(self._container.exec_run, kill_agent_argv(), user=self._config.user)
-            except DOCKER_ERRORS as exc:
-                raise await self._died(f"cannot end the agent's processes to start a new shell: {exc}") from exc
+                await asyncio.to_thread(
+                    self._container.exec_run, kill_user_argv(self._config.user), user="root", workdir="/"
+                )
+            except DOCKER_ERRORS as exc:  # refused by a container the agent filled, or an engine that went away
+                fault = await self._died(f"cannot end the agent's processes to start a new shell: {exc}")
+                if not isinstance(fault, ShellEnded):
+                    raise fault from exc
             # Asked of the engine before another exec: each one into a full container is one more OOM kill, and once
             # the agent's are gone the killer takes the container's keep-alive (it stops, and that would mask).
             if full := await asyncio.to_thread(memory_full, self._container):  # the agent's files, not the host's
@@ -358,43 +337,27 @@ class Shell:
                 return True
             except ShellEnded as exc:
                 self.close()
-                ended, root_answers = exc, await self._root_answers()
-        if root_answers:
+                ended = exc
+        fault = await self._died(str(ended))  # the engine's own word on the container: the host's proof, or none
+        if isinstance(fault, ShellEnded):
             why = "every process of the agent was killed first, three times"
-            message = f"no new shell could start although the container runs and answers: {why} ({ended})"
+            message = f"no new shell could start although the container runs: {why} ({ended})"
             raise ShellUnstartable(message) from ended
-        raise ended
+        raise fault from ended
 
-    async def _root_answers(self) -> bool:
-        """The container runs and an exec as root in it completes: the host's side of it is sound."""
-        try:
-            result = await asyncio.to_thread(self._container.exec_run, ["true"], user="root")
-        except DOCKER_ERRORS:
-            return False
-        return result.exit_code == 0
-
-    async def _died(self, why: str) -> SandboxDied:
-        """The error for a shell that stopped answering: ``ShellEnded`` while its container still runs."""
+    async def _died(self, why: str) -> SandboxError:
+        """The shell is closed; the error for ``why`` by the engine's word on the container (``fault``)."""
         self.close()
-        try:
-            await asyncio.to_thread(self._container.reload)
-            state = self._container.attrs.get("State", {})
-            status = self._container.status
-            if status == "running":
-                return ShellEnded(f"{why} [container {self._container.short_id}]")
-            why += f"; container {status} (exit code {state.get('ExitCode')}, OOMKilled={state.get('OOMKilled')})"
-        except docker.errors.NotFound:
-            why += "; container no longer exists"
-        except DOCKER_ERRORS as exc:
-            why += f"; container state unknown: {exc}"
-        return SandboxDied(f"{why} [container {self._container.short_id}]")
+        return await asyncio.to_thread(container_fault, self._container, why)
 
     async def _restart(self) -> None:
         old_pid, cwd, self._freed = self.pid, self.cwd, False
         self.close()
         if old_pid:
             try:
-                await asyncio.to_thread(self._container.exec_run, ["kill", "-KILL", str(old_pid)], user="root")
+                await asyncio.to_thread(
+                    self._container.exec_run, ["kill", "-KILL", str(old_pid)], user="root", workdir="/"
+                )
             except DOCKER_ERRORS as exc:
-                raise SandboxDied(f"cannot restart the shell: {exc}") from exc
+                raise await self._died(f"cannot restart the shell: {exc}") from exc
         self._freed = await self._start_again(cwd)
