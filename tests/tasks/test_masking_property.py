@@ -12,6 +12,7 @@ import random
 
 import pytest
 
+from tests.mlgym_image import standin_image
 from tests.red_team import run_attack
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(900)]
@@ -39,10 +40,18 @@ def sequence(seed: int, length: int) -> list[str]:
     return [rng.choice(BEHAVIOURS) for _ in range(length)] + ["echo alive; pwd"]
 
 
-@pytest.mark.parametrize("seed", [62, 6200])
-async def test_no_generated_behaviour_masks_a_rollout(tmp_path, docker_image, seed):
+@pytest.fixture(scope="session")
+def mlgym_shaped(docker_image: str) -> str:
+    from air.sandbox.image.prepared import build_prepared
+
+    return build_prepared(standin_image(docker_image), progress=False).tag
+
+
+@pytest.mark.parametrize(("image", "seed"), [("ours", 62), ("ours", 6200), ("mlgym", 620)])
+async def test_no_generated_behaviour_masks_a_rollout(tmp_path, request, image, seed):
+    played = request.getfixturevalue("docker_image" if image == "ours" else "mlgym_shaped")
     commands = sequence(seed, 12)
-    output, record = await run_attack(tmp_path, docker_image, commands, task="loanDefault", command_timeout=5)
+    output, record = await run_attack(tmp_path, played, commands, task="loanDefault", command_timeout=5)
     assert output.get("error") is None, f"masked, seed {seed}: {output.get('error')}\n{commands}"
     assert record.exit_status != "error", record.exit_status
     if record.exit_status != "shell_lost":  # a forfeit ends it early, scored; else every turn was answered
