@@ -111,7 +111,9 @@ def marker_regex(*nonces: str) -> re.Pattern[bytes]:
 
 
 # An interactive bash without a terminal complains when a job dies of a signal; not the agent's output.
-_TTY_NOISE = re.compile(rb"bash: \[\d+: \d+ \(\d+\)\] tcsetattr: Inappropriate ioctl for device\n")
+_TTY_NOISE = re.compile(  # bash names itself by its argv[0]: the shell's is ``air-shell-<hex>``
+    rb"(?:bash|air-shell-[0-9a-f]+): \[\d+: \d+ \(\d+\)\] tcsetattr: Inappropriate ioctl for device\n"
+)
 
 # Longest marker we must be able to see across a chunk boundary (cwd up to 4 KiB).
 MARKER_WINDOW = 4096 + 64

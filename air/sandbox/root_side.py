@@ -66,11 +66,13 @@ def parse_found(output: str) -> tuple[int | None, int] | None:
 
 
 # Every process of one user killed, by root: a process of the agent can stop (SIGSTOP) anything its uid runs, a kill
-# of its own included (which then never returned), but never root's. Each is killed by its pid (the fork bomb's
-# children with it: a pass frees pids, the next finds what took them), in passes until none of the user's is alive
-# but zombies, for up to ~10 s. Builtins only, so it runs with every pid taken (an exec gets in: pids.max is checked
-# at fork). A pid freed and taken by one of root's between the read and the kill would need pid numbers to wrap
-# in that instant.
+# of its own included (which then never returned), but never root's. A kill by pid races a fork bomb (a pid freed is
+# taken again), so each pass stops what runs (a stopped process forks no more) before it kills what it found stopped
+# (the pids that frees can go only to a fork made before the stop reached its maker, found by the next pass); passes
+# go on until none of the user's is alive but zombies, for up to 10 s.
+# Builtins only, no ``sleep`` between passes either: it runs with every pid taken (an exec gets in: pids.max is checked
+# at fork, and the stopped processes keep theirs until they are killed). A pid freed and
+# taken by one of root's between the read and the signal would need pid numbers to wrap in that instant.
 _KILL_USER = r"""
 exec </dev/null >/dev/null 2>&1
 uid=$1; spare=$2
@@ -78,8 +80,8 @@ if [[ $uid != +([0-9]) ]]; then
   while IFS=: read -r name _ number _; do [[ $name == "$uid" ]] && uid=$number; done < /etc/passwd
 fi
 [[ $uid == +([0-9]) && $uid != 0 ]] || exit 2
-for _ in {1..200}; do
-  alive=0
+while (( SECONDS < 10 )); do
+  running=(); stopped=()
   for status in /proc/[0-9]*/status; do
     real=; state=
     while read -r key value _; do
@@ -88,10 +90,11 @@ for _ in {1..200}; do
     [[ $real == "$uid" && $state != [ZX] ]] || continue
     pid=${status#/proc/}; pid=${pid%/status}
     [[ $pid == "$spare" ]] && continue
-    kill -KILL "$pid" 2>/dev/null && alive=1
+    if [[ $state == [Tt] ]]; then stopped+=("$pid"); else running+=("$pid"); fi
   done
-  (( alive )) || exit 0
-  sleep 0.05 2>/dev/null
+  (( ${#running[@]} + ${#stopped[@]} )) || exit 0
+  (( ${#running[@]} )) && kill -STOP "${running[@]}" 2>/dev/null
+  (( ${#stopped[@]} )) && kill -KILL "${stopped[@]}" 2>/dev/null
 done
 exit 1
 """

@@ -100,9 +100,8 @@ def _say_no_quota(driver: str, engine_id: str) -> None:
     # Every run on such an engine would repeat the same paragraph: the console gets one line, once per engine.
     if first_notice(engine_id):
         log.warning(
-            "no disk quota for sandboxes on this Docker engine (%s): each gets a file system of its own where this "
-            "host allows (disk_layer), else its disk use is watched (said once per engine; docs/sandbox.md#disk-quota "
-            "says how to get one)",
+            "no disk quota for sandboxes on this Docker engine (%s): a file system each, or a watch (disk_layer; "
+            "said once per engine; docs/sandbox.md#disk-quota says how to get one)",
             driver,
         )
     log.info(
@@ -111,7 +110,7 @@ def _say_no_quota(driver: str, engine_id: str) -> None:
         "process is root on the engine's host with loop devices (disk_layer, air.sandbox.disk_image: the kernel "
         "stops writes past it); elsewhere its writable size is checked against the limit every few seconds (a "
         "process writing past it is killed; a moment's writes may land first). Each file the agent writes is "
-        "capped (max_file_size), and /tmp and /dev/shm are bounded. For a quota, %s.",
+        "still capped (max_file_size), and /tmp and /dev/shm are bounded. For a quota, %s.",
         driver,
         HOW_TO_GET_ONE,
     )
