@@ -104,6 +104,13 @@ stop)
     fi
     if [[ -f "$dir/exec-root" ]]; then
         exec_root=$(cat "$dir/exec-root")
+        # A dockerd that was killed (a test's "engine dies") leaves its containers running under their shims, and
+        # nothing would ever end them (nor free what they hold: a loop device of a container's own file system).
+        # Each ends with its init, the shim's child (its pid namespace goes with it); then the shim.
+        for shim in $(pgrep -f -- "containerd-shim.* -address $exec_root/" || true); do
+            pkill -KILL -P "$shim" 2>/dev/null || true
+            kill -KILL "$shim" 2>/dev/null || true
+        done
         # A container's network namespace file (exec-root/netns/ID, an nsfs mount) can outlive a dockerd
         # stopped mid-clean-up: rm then fails with "Device or resource busy". Unmount what is left, deepest
         # first, then remove.
