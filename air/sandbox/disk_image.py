@@ -166,9 +166,14 @@ class LayerFs:
         return True
 
 
+def _graph(container: Container) -> dict:
+    """The engine's word on the container's layers (``GraphDriver``: its ``Name`` and the folders in ``Data``)."""
+    return (getattr(container, "attrs", None) or {}).get("GraphDriver") or {}
+
+
 def layer_dir(container: Container, root: Path) -> Path:
     """The folder holding the container's upper and work folders (``<root>/overlay2/<id>``)."""
-    graph = (getattr(container, "attrs", None) or {}).get("GraphDriver") or {}
+    graph = _graph(container)
     data = graph.get("Data") or {}
     upper, work = Path(str(data.get("UpperDir") or "")), Path(str(data.get("WorkDir") or ""))
     layer = upper.parent
@@ -215,7 +220,7 @@ def confirm(container: Container, layer: Path) -> None:
     """Check the started container's root is the engine's overlay over ``layer``'s own file system (overlayfs
     reports its upper file system's size); raises NoOwnFs where the engine did not see it."""
     container.reload()
-    merged = Path(str(((container.attrs.get("GraphDriver") or {}).get("Data") or {}).get("MergedDir") or ""))
+    merged = Path(str((_graph(container).get("Data") or {}).get("MergedDir") or ""))
     if merged.parent != layer or not os.path.ismount(merged) or not os.path.ismount(layer):
         raise NoOwnFs(f"the engine did not mount the container's root over {layer} (another mount namespace?)")
     if os.statvfs(merged).f_blocks != os.statvfs(layer).f_blocks:
@@ -242,7 +247,7 @@ def release(layer: Path | None) -> None:
 
 def own_layer(container: Container) -> Path | None:
     """The container's layer folder where it is a mount point (a file system of its own), else None."""
-    data = ((getattr(container, "attrs", None) or {}).get("GraphDriver") or {}).get("Data") or {}
+    data = _graph(container).get("Data") or {}
     if not data.get("UpperDir"):
         return None
     layer = Path(str(data["UpperDir"])).parent

@@ -308,10 +308,11 @@ class Shell:
 
     async def _start_again(self, cwd: str) -> bool:
         """Start a new shell. One that cannot start in a running container had its pids or memory taken by the
-        agent's processes: they are killed and a shell started once more (True), thrice at most (a fork that
-        escaped ``kill -1``, a start slowed by load). Masked only on proof that the host failed (the engine does not
-        answer, the container was stopped or removed from outside); a container that runs, or that the OOM killer
-        stopped, and still has no shell is the agent's doing (``ShellUnstartable``: its failure, penalised)."""
+        agent's processes: root kills them and a shell is started once more (True), thrice at most (a process that
+        outlived root's ten seconds of passes, a start slowed by load). Masked only on proof that the host failed
+        (the engine does not answer, the container was stopped or removed from outside); a container that runs, or
+        that the OOM killer stopped, and still has no shell is the agent's doing (``ShellUnstartable``: its
+        failure, penalised)."""
         try:
             await self.start(cwd=cwd)
             return False
