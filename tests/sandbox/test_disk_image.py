@@ -9,6 +9,7 @@ Run on today's watch (``disk_layer="watch"``: ``AIR_TEST_DISK_LAYER=watch``) the
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
@@ -117,11 +118,17 @@ def loop_of(layer: Path) -> str:
     raise AssertionError(f"{layer} is not mounted")
 
 
-def released(layer: Path, loop: str) -> None:
-    """Nothing of the container's own file system is left: no mount, no loop device, no folder."""
+def released(layer: Path, loop: str, container_id: str) -> None:
+    """Nothing of the container's own file system is left: no mount, no folder, no loop device holding its image.
+    Every loop device is asked, not only ``loop`` (the one it had): on a shared host another container's image may
+    take that device the moment it is freed."""
     assert not os.path.ismount(layer) and not layer.exists(), layer
-    backing = Path(f"/sys/block/{Path(loop).name}/loop/backing_file")
-    assert not backing.exists(), f"{loop} still holds {backing.read_text().strip()}"
+    holding = []
+    for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
+        with contextlib.suppress(OSError):  # a device detaching as it is read
+            if f"/{container_id}.img" in backing.read_text():
+                holding.append(backing.parent.parent.name)
+    assert not holding, f"{', '.join(holding)} still hold(s) the image of {container_id} (it had {loop})"
 
 
 def python_of(image: str) -> str:
@@ -192,7 +199,7 @@ async def test_the_file_system_goes_with_its_container(docker_image: str, unsize
     moved = await sandbox.run("cd ~ && mv workspace w2 && mv w2 workspace && cat workspace/data.txt")
     assert moved.output == "rows\n", moved.output
     await sandbox.destroy()
-    released(layer, loop)
+    released(layer, loop, sandbox.container.id)
 
 
 @pytest.mark.docker
@@ -215,7 +222,7 @@ async def test_the_orphan_reaper_releases_a_dead_runs_file_system(
     assert layer is not None
     loop = loop_of(layer)
     assert removal.reap_orphans(client) == [container.id]
-    released(layer, loop)
+    released(layer, loop, container.id)
 
 
 def test_a_stale_image_is_swept_and_a_fresh_one_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
