@@ -106,7 +106,10 @@ async def run_attack(tmp_path: Path, docker_image: str, commands: list[str], *, 
     records = rollouts.trajectories(tmp_path)
     assert len(records) == 1, records
     (record,) = records
-    assert [t.command for t in record.turns] == commands, "not every step of the attack ran"
+    ran = [t.command for t in record.turns]
+    last = record.turns[-1].output[-1500:] if record.turns else ""
+    why = f"{record.exit_status}: {record.error}; {record.error_chain}"
+    assert ran == commands, f"{len(ran)} of {len(commands)} steps of the attack ran ({why}); the last said {last!r}"
     return output, record
 
 
