@@ -34,6 +34,7 @@ from air.sandbox.disk_watch import ContainerStopped, DiskWatch
 from air.sandbox.engine import DOCKER_ERRORS, absent_message, looks_like_engine_failure, unreachable_message
 from air.sandbox.errors import SandboxDied, SandboxError, SandboxStartError, ShellEnded, ShellUnstartable, image_missing
 from air.sandbox.fault import container_fault
+from air.sandbox.keep_alive import keep_alive_argv
 from air.sandbox.shell import CommandResult, Shell
 from air.sandbox.storage import driver_or_none, quota_refused_hint, storage_kwargs, watches_disk
 
@@ -92,7 +93,7 @@ def container_kwargs(config: SandboxConfig, labels: dict[str, str], driver: str 
     separate so the limits are unit-testable."""
     kwargs: dict[str, Any] = dict(
         image=config.resolved_image(),
-        command=["sleep", str(config.ttl_s)],
+        command=keep_alive_argv(config.ttl_s, config.user),  # kills the agent's processes on SIGUSR1
         detach=True,
         init=True,
         # docker-init and the keep-alive are root's: the agent (its shell is exec'd as config.user) can

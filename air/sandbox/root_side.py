@@ -67,37 +67,44 @@ def parse_found(output: str) -> tuple[int | None, int] | None:
 
 # Every process of one user killed, by root: a process of the agent can stop (SIGSTOP) anything its uid runs, a kill
 # of its own included (which then never returned), but never root's. A kill by pid races a fork bomb (a pid freed is
-# taken again), so each pass stops what runs (a stopped process forks no more) before it kills what it found stopped
-# (the pids that frees can go only to a fork made before the stop reached its maker, found by the next pass); passes
-# go on until none of the user's is alive but zombies, for up to 10 s.
-# Builtins only, no ``sleep`` between passes either: it runs with every pid taken (an exec gets in: pids.max is checked
-# at fork, and the stopped processes keep theirs until they are killed). A pid freed and
-# taken by one of root's between the read and the signal would need pid numbers to wrap in that instant.
-_KILL_USER = r"""
-exec </dev/null >/dev/null 2>&1
-uid=$1; spare=$2
-if [[ $uid != +([0-9]) ]]; then
-  while IFS=: read -r name _ number _; do [[ $name == "$uid" ]] && uid=$number; done < /etc/passwd
-fi
-[[ $uid == +([0-9]) && $uid != 0 ]] || exit 2
-while (( SECONDS < 10 )); do
-  running=(); stopped=()
-  for status in /proc/[0-9]*/status; do
-    real=; state=
-    while read -r key value _; do
-      case $key in State:) state=$value ;; Uid:) real=$value; break ;; esac
-    done 2>/dev/null < "$status"
-    [[ $real == "$uid" && $state != [ZX] ]] || continue
-    pid=${status#/proc/}; pid=${pid%/status}
-    [[ $pid == "$spare" ]] && continue
-    if [[ $state == [Tt] ]]; then stopped+=("$pid"); else running+=("$pid"); fi
+# taken again), and in a container of one CPU sixty forking processes leave root's passes over /proc a sixtieth of it
+# (seconds a pass). So everything is stopped first with one ``kill -STOP -1`` (every process of the container but
+# its init and this one: the kernel's walk, and a fork that a pending stop reaches is undone, so none escapes it);
+# then each pass kills what it finds stopped and stops what runs (a fork made before the stop reached its maker),
+# until none of the user's is alive but zombies, for up to 10 s; then ``kill -CONT -1`` lets root's own go on.
+# Builtins only, no ``sleep`` between passes either: it runs with every pid taken (the stopped processes keep theirs
+# until they are killed). A pid freed and taken by one of root's between the read and the signal would need pid
+# numbers to wrap in that instant. Shared by root's exec (``kill_user_argv``) and the keep-alive (``keep_alive``).
+KILL_PASSES = r"""
+kill_passes() {
+  local uid=$1 spare=$2 until=$((SECONDS + 10)) name number status real state key value pid running stopped
+  if [[ $uid != +([0-9]) ]]; then
+    while IFS=: read -r name _ number _; do [[ $name == "$uid" ]] && uid=$number; done < /etc/passwd
+  fi
+  [[ $uid == +([0-9]) && $uid != 0 ]] || return 2
+  kill -STOP -1 2>/dev/null
+  while (( SECONDS < until )); do
+    running=(); stopped=()
+    for status in /proc/[0-9]*/status; do
+      real=; state=
+      while read -r key value _; do
+        case $key in State:) state=$value ;; Uid:) real=$value; break ;; esac
+      done 2>/dev/null < "$status"
+      [[ $real == "$uid" && $state != [ZX] ]] || continue
+      pid=${status#/proc/}; pid=${pid%/status}
+      [[ $pid == "$spare" ]] && continue
+      if [[ $state == [Tt] ]]; then stopped+=("$pid"); else running+=("$pid"); fi
+    done
+    (( ${#running[@]} + ${#stopped[@]} )) || { kill -CONT -1 2>/dev/null; return 0; }
+    (( ${#running[@]} )) && kill -STOP "${running[@]}" 2>/dev/null
+    (( ${#stopped[@]} )) && kill -KILL "${stopped[@]}" 2>/dev/null
   done
-  (( ${#running[@]} + ${#stopped[@]} )) || exit 0
-  (( ${#running[@]} )) && kill -STOP "${running[@]}" 2>/dev/null
-  (( ${#stopped[@]} )) && kill -KILL "${stopped[@]}" 2>/dev/null
-done
-exit 1
+  kill -CONT -1 2>/dev/null
+  return 1
+}
 """
+
+_KILL_USER = "exec </dev/null >/dev/null 2>&1\n" + KILL_PASSES + 'kill_passes "$1" "$2"\n'
 
 
 def kill_user_argv(user: str, spare_pid: int | None = None) -> list[str]:
@@ -109,19 +116,23 @@ def kill_user_argv(user: str, spare_pid: int | None = None) -> list[str]:
 # Run as root on a timeout. The victims are the shell's descendants started at or after the
 # cutoff (just before the timed-out command's start, in clock ticks since boot), so earlier background
 # jobs are left alone. They are stopped first (no forking away), then interrupted and killed as the
-# comment below explains.
+# comment below explains. Builtins only, as in _KILL_USER: with every pid taken each fork (a command
+# substitution, a ``sleep``) waited 15 s in bash's retries and failed; the pause reads a new pty's master,
+# which nothing writes (``sleep`` where the image has no /dev/ptmx).
 _KILL_TREE = r"""
+exec </dev/null >/dev/null 2>&1
 root=$1; cutoff=$2
 victims() {
-  declare -A parent start
+  local -A parent=() start=()
+  local f line pid rest p c frontier=("$root") found=() next
   for f in /proc/[0-9]*/stat; do
-    line=$(<"$f") 2>/dev/null || continue
+    line=; read -r -d '' line < "$f"
+    [[ -n $line ]] || continue
     pid=${f#/proc/}; pid=${pid%/stat}; rest=${line##*) }
     set -- $rest; parent[$pid]=$2; start[$pid]=${20}
   done
-  local frontier=("$root") found=() p c
   while ((${#frontier[@]})); do
-    local next=()
+    next=()
     for p in "${frontier[@]}"; do
       for c in "${!parent[@]}"; do
         if [[ ${parent[$c]} == "$p" ]]; then next+=("$c"); found+=("$c"); fi
@@ -129,19 +140,21 @@ victims() {
     done
     frontier=("${next[@]}")
   done
-  for c in "${found[@]}"; do (( ${start[$c]} >= cutoff )) && echo "$c"; done
+  pids=()
+  for c in "${found[@]}"; do (( ${start[$c]} >= cutoff )) && pids+=("$c"); done
 }
-for round in 1 2; do pids=$(victims); [ -n "$pids" ] && kill -STOP $pids 2>/dev/null; done
-pids=$(victims)
+for round in 1 2; do victims; ((${#pids[@]})) && kill -STOP "${pids[@]}"; done
+victims
 # bash abandons the rest of the line (so `train; validate` does not go on to validate) only
 # when its foreground child dies *of SIGINT*; so SIGINT the shell and the stopped victims, let
 # them run to die of it, then SIGKILL whatever ignored it. A builtin loop breaks on the SIGINT.
 kill -INT "$root"
-if [ -n "$pids" ]; then
-  kill -INT $pids 2>/dev/null; kill -CONT $pids 2>/dev/null
-  sleep 0.2
-  kill -KILL $pids 2>/dev/null
+if ((${#pids[@]})); then
+  kill -INT "${pids[@]}"; kill -CONT "${pids[@]}"
+  read -r -t 0.2 < /dev/ptmx; (( $? > 128 )) || sleep 0.2
+  kill -KILL "${pids[@]}"
 fi
+exit 0
 """
 
 

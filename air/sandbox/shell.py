@@ -18,7 +18,9 @@ from docker.models.containers import Container
 from air.sandbox.engine import DOCKER_ERRORS
 from air.sandbox.errors import SandboxDied, SandboxError, ShellEnded, ShellUnstartable
 from air.sandbox.fault import container_fault
+from air.sandbox.keep_alive import free_the_agents_pids
 from air.sandbox.memory_full import memory_full
+from air.sandbox.pids_full import pids_full
 from air.sandbox.protocol import (
     SHELL_ENV,
     Capture,
@@ -90,6 +92,7 @@ class Shell:
         # Session set-up (functions, variables) replayed whenever the shell is (re)started.
         self.init_script: str | None = None
         self._freed = False  # the last restart had to kill every process of the agent first
+        self._freed_rounds = 0  # the container keep-alive's kills asked for (keep_alive)
         self._halt = asyncio.Event()  # set by ``halt``: the command in flight is interrupted
         self._halt_note = ""
 
@@ -294,10 +297,13 @@ class Shell:
             if capture.matched != recovery:
                 drain = Capture(self._config.max_output_bytes, (recovery,))
                 await asyncio.wait_for(self._read_until_done(drain, capture.rest), grace)
-            return True
         except TimeoutError:
             await self._restart()
             return False
+        if await asyncio.to_thread(pids_full, self._container):  # forks the tree's kill left behind hold them
+            await self._restart()
+            return False
+        return True
 
     async def _replace_ended(self, ended: ShellEnded) -> bool:
         """A new shell for one the agent ended; True if the agent's processes had to be killed first."""
@@ -308,23 +314,27 @@ class Shell:
 
     async def _start_again(self, cwd: str) -> bool:
         """Start a new shell. One that cannot start in a running container had its pids or memory taken by the
-        agent's processes: root kills them and a shell is started once more (True), thrice at most (a process that
-        outlived root's ten seconds of passes, a start slowed by load). Masked only on proof that the host failed
-        (the engine does not answer, the container was stopped or removed from outside); a container that runs, or
-        that the OOM killer stopped, and still has no shell is the agent's doing (``ShellUnstartable``: its
-        failure, penalised)."""
-        try:
-            await self.start(cwd=cwd)
-            return False
-        except ShellEnded as exc:
-            self.close()
-            ended = exc
+        agent's processes: root's keep-alive kills them and a shell is started once more (True), thrice at most (a
+        process that outlived the ten seconds of passes, a start slowed by load); with every pid taken, the kill
+        comes first. Masked only on proof that the host failed (the engine does not answer, the container was
+        stopped or removed from outside); a container that runs, or that the OOM killer stopped, and still has no
+        shell is the agent's doing (``ShellUnstartable``: its failure, penalised)."""
+        if await asyncio.to_thread(pids_full, self._container):  # a shell would wait out its readiness check
+            ended = ShellEnded("every pid of the container was taken")
+        else:
+            try:
+                await self.start(cwd=cwd)
+                return False
+            except ShellEnded as exc:
+                self.close()
+                ended = exc
         for pause in (0.0, 1.0, 2.0):  # root's exec fails too while an OOM storm lasts; what it killed frees memory
             await asyncio.sleep(pause)
-            try:
-                await asyncio.to_thread(
-                    self._container.exec_run, kill_user_argv(self._config.user), user="root", workdir="/"
-                )
+            try:  # by the keep-alive (no new process: see keep_alive), else by root's exec
+                self._freed_rounds += 1
+                if not await asyncio.to_thread(free_the_agents_pids, self._container, self._freed_rounds):
+                    kill = kill_user_argv(self._config.user)
+                    await asyncio.to_thread(self._container.exec_run, kill, user="root", workdir="/")
             except DOCKER_ERRORS as exc:  # refused by a container the agent filled, or an engine that went away
                 fault = await self._died(f"cannot end the agent's processes to start a new shell: {exc}")
                 if not isinstance(fault, ShellEnded):

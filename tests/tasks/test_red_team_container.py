@@ -57,11 +57,16 @@ LIVE_PROCESSES = "pwd; ps -u agent -o stat=,comm= | awk '$1 !~ /^Z/ {print $2}' 
 
 
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize("then", ["sleep 1; kill -9 $$", "sleep 600"])
-async def test_a_fork_bomb_costs_the_agent_its_processes_not_the_rollout(tmp_path, docker_image, then):
+@pytest.mark.parametrize(
+    "attack",
+    [f"{BOMB} sleep 1; kill -9 $$", f"( {BOMB} ); sleep 600"],
+    ids=["shell-killed", "escaped-tree"],
+)
+async def test_a_fork_bomb_costs_the_agent_its_processes_not_the_rollout(tmp_path, docker_image, attack):
     # With every pid taken, no new shell could start: the rollout was masked. Now every process of the agent is
-    # killed (an exec gets into the container without a fork), a new shell starts and the agent is told.
-    commands = ["mkdir -p notes && cd notes", f"{BOMB} {then}", LIVE_PROCESSES, "cd .. && validate"]
+    # killed (an exec gets into the container without a fork), a new shell starts and the agent is told. A bomb
+    # inside a timed-out command dies with its tree; one reparented to the init holds the pids after the timeout.
+    commands = ["mkdir -p notes && cd notes", attack, LIVE_PROCESSES, "cd .. && validate"]
     output, record = await run_attack(tmp_path, docker_image, commands, container_pids=64, command_timeout=20)
     check_rollout(output, record)
     assert "Every process of the agent was killed" in record.turns[1].output, record.turns[1].output[-2000:]
