@@ -321,13 +321,8 @@ class Shell:
         shell is the agent's doing (``ShellUnstartable``: its failure, penalised)."""
         if await asyncio.to_thread(pids_full, self._container):  # a shell would wait out its readiness check
             ended = ShellEnded("every pid of the container was taken")
-        else:
-            try:
-                await self.start(cwd=cwd)
-                return False
-            except ShellEnded as exc:
-                self.close()
-                ended = exc
+        elif (ended := await self._try_start(cwd)) is None:
+            return False
         for pause in (0.0, 1.0, 2.0):  # root's exec fails too while an OOM storm lasts; what it killed frees memory
             await asyncio.sleep(pause)
             try:  # by the keep-alive (no new process: see keep_alive), else by root's exec
@@ -343,18 +338,23 @@ class Shell:
             # the agent's are gone the killer takes the container's keep-alive (it stops, and that would mask).
             if full := await asyncio.to_thread(memory_full, self._container):  # the agent's files, not the host's
                 raise ShellUnstartable(f"no new shell could start: {full}")
-            try:
-                await self.start(cwd=cwd)
+            if (ended := await self._try_start(cwd)) is None:
                 return True
-            except ShellEnded as exc:
-                self.close()
-                ended = exc
         fault = await self._died(str(ended))  # the engine's own word on the container: the host's proof, or none
         if isinstance(fault, ShellEnded):
             why = "every process of the agent was killed first, three times"
             message = f"no new shell could start although the container runs: {why} ({ended})"
             raise ShellUnstartable(message) from ended
         raise fault from ended
+
+    async def _try_start(self, cwd: str) -> ShellEnded | None:
+        """Start a shell in ``cwd``: None when it started, else why not (the shell closed)."""
+        try:
+            await self.start(cwd=cwd)
+        except ShellEnded as exc:
+            self.close()
+            return exc
+        return None
 
     async def _died(self, why: str) -> SandboxError:
         """The shell is closed; the error for ``why`` by the engine's word on the container (``fault``)."""
