@@ -9,13 +9,17 @@
 #       of SIZE mounted with project quotas (-o loop,pquota; storage driver overlay2): the quota most hosts
 #       can have (scripts/engine_quota.sh gives the main engine one the same way); --xfs-noquota SIZE: the
 #       same without pquota (overlay2 on xfs that refuses a quota: the watch's fallback)
+#   ... --userns-remap (after any of those): its containers in a user namespace of its own (userns-remap)
 #   bash scripts/second_docker_engine.sh stop DIR               # stops it (its containers go with it)
 # Then: export DOCKER_HOST=unix://DIR/docker.sock for the processes that should use it.
 # Needs root (dockerd, unshare) and the docker CLI. No bridge network: sandbox containers run with network
 # "none", and the engine runs in a network namespace of its own.
 set -euo pipefail
 
-usage() { echo "usage: $0 start DIR [--btrfs SIZE | --xfs SIZE | --xfs-noquota SIZE] [IMAGE...] | stop DIR" >&2; exit 2; }
+usage() {
+    echo "usage: $0 start DIR [--btrfs SIZE | --xfs SIZE | --xfs-noquota SIZE] [--userns-remap] [IMAGE...] | stop DIR" >&2
+    exit 2
+}
 [[ $# -ge 2 ]] || usage
 action=$1
 dir=$(mkdir -p "$2" && cd "$2" && pwd)
@@ -30,6 +34,13 @@ if [[ "${1:-}" == --btrfs || "${1:-}" == --xfs || "${1:-}" == --xfs-noquota ]]; 
     [[ "$fs" == xfs-noquota ]] && fs=xfs pquota=""
     fs_size=$2
     shift 2
+fi
+remap=()
+if [[ "${1:-}" == --userns-remap ]]; then
+    # Every container in one user namespace of the engine's (dockerd makes its user `dockremap` and its
+    # /etc/subuid range the first time): what a host with userns-remap in daemon.json runs.
+    remap=(--userns-remap=default)
+    shift
 fi
 
 case "$action" in
@@ -74,8 +85,16 @@ start)
         echo "$exec_root" > "$dir/exec-root"
         # In a network namespace of its own: a dockerd started with --bridge none deletes any docker0 it sees,
         # which on this host is the first engine's bridge (its containers would lose their network).
-        nohup unshare --net dockerd --host "unix://$socket" --data-root "$dir/data" --exec-root "$exec_root" \
-            --pidfile "$dir/docker.pid" "${driver[@]}" --bridge none --iptables=false --ip6tables=false --ip-masq=false \
+        data_root="$dir/data"
+        if ((${#remap[@]})); then
+            # The remapped root needs o+x on every folder above its data root, which a test's 0700 temporary
+            # folder lacks: a folder of its own under /tmp (1777) instead, removed on stop.
+            data_root=$(mktemp -d /tmp/air-engine-data-XXXXXX)
+            chmod 711 "$data_root"
+            echo "$data_root" > "$dir/data-root"
+        fi
+        nohup unshare --net dockerd --host "unix://$socket" --data-root "$data_root" --exec-root "$exec_root" \
+            --pidfile "$dir/docker.pid" "${driver[@]}" "${remap[@]}" --bridge none --iptables=false --ip6tables=false --ip-masq=false \
             > "$dir/dockerd.log" 2>&1 &
         for _ in $(seq 60); do
             DOCKER_HOST="unix://$socket" docker info >/dev/null 2>&1 && break
@@ -114,17 +133,25 @@ stop)
         # A container's network namespace file (exec-root/netns/ID, an nsfs mount) can outlive a dockerd
         # stopped mid-clean-up: rm then fails with "Device or resource busy". Unmount what is left, deepest
         # first, then remove.
+        # (A remapping engine keeps its state in exec-root.UID.GID beside it.)
         for _ in 1 2 3; do
-            awk -v root="$exec_root/" 'index($5, root) == 1 {print $5}' /proc/self/mountinfo | sort -r |
+            awk -v root="$exec_root" 'index($5, root "/") == 1 || index($5, root ".") == 1 {print $5}' \
+                /proc/self/mountinfo | sort -r |
                 while read -r mount; do umount "$mount" 2>/dev/null || umount -l "$mount" 2>/dev/null || true; done
-            rm -rf "$exec_root" 2>/dev/null && break
+            rm -rf "$exec_root" "$exec_root".* 2>/dev/null && break
             sleep 1
         done
-        rm -rf "$exec_root" "$dir/exec-root"
+        rm -rf "$exec_root" "$exec_root".* "$dir/exec-root"
     fi
     if mountpoint -q "$dir/data"; then
         # A data root of --btrfs or --xfs; its loop device goes with it (mount -o loop set autoclear).
         umount "$dir/data" || umount -l "$dir/data"
+    fi
+    if [[ -f "$dir/data-root" ]]; then
+        data_root=$(cat "$dir/data-root")
+        awk -v root="$data_root/" 'index($5, root) == 1 {print $5}' /proc/self/mountinfo | sort -r |
+            while read -r mount; do umount "$mount" 2>/dev/null || umount -l "$mount" 2>/dev/null || true; done
+        rm -rf "$data_root" "$dir/data-root"
     fi
     rm -f "$dir/btrfs.img" "$dir/xfs.img"
     echo "stopped the Docker engine at unix://$socket"

@@ -20,7 +20,7 @@ import pytest
 from air.sandbox.config import SandboxConfig
 from rigs.patience import backstop
 from tests import opt_in  # noqa: F401  (captures the opt-in checkouts before the variables go)
-from tests.second_engine import quota_engine, second_engine  # noqa: F401  (fixtures)
+from tests.second_engine import quota_engine, remapping_engine, second_engine  # noqa: F401  (fixtures)
 from tests.tiers import SLOW_TESTS
 
 # A suite started from a script's background job inherits SIGINT ignored, and so does every program it starts:
@@ -68,11 +68,12 @@ else:
 #   docker    the test (or a fixture under it) needs the engine and the image
 #   red_team  an attack on the reward played through the rollout path (tests/tasks/test_red_team*.py)
 #   slow      a test that alone takes tens of seconds on 2 cores (SLOW_TESTS below, from --durations)
-DOCKER_FIXTURES = {"docker_image", "quota_engine", "second_engine", "slurm_cluster", "new_slurm_cluster"}
+ENGINES = {"quota_engine", "remapping_engine", "second_engine"}
+DOCKER_FIXTURES = {"docker_image", *ENGINES, "slurm_cluster", "new_slurm_cluster"}
 # Under xdist (`scripts/test.sh` runs three workers) some tests share one worker, one at a time, started first:
 # those on a second engine (one engine starts per suite, as without xdist) and the attacks that take a
 # container to its pid or memory limit (two of them at once starved each other's shells on 2 cores).
-SECOND_ENGINES = {"quota_engine", "second_engine", "slurm_cluster", "new_slurm_cluster"}  # a Slurm node: an engine
+SECOND_ENGINES = {*ENGINES, "slurm_cluster", "new_slurm_cluster"}  # a Slurm node: an engine
 AT_THE_LIMITS = {"test_red_team_container.py", "test_red_team_masking.py"}
 ONE_AT_A_TIME = "one_at_a_time"
 # The memory-heavy prime-rl runs share another, one at a time: --trainer rehearsals and prime-rl's vLLM (2-4 GiB

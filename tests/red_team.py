@@ -20,6 +20,7 @@ import textwrap
 from pathlib import Path
 
 from air.policies.scripted import ScriptPolicy
+from air.sandbox.agent_uid import UID_BASE
 from air.tasks.workspace import evaluation_seed
 from rigs.patience import backstop
 from tests import rollouts
@@ -30,7 +31,6 @@ TOL = 1e-6
 RED_TEAM_SEED = 20_200_611
 LANE_DATA = Path(__file__).resolve().parents[1] / "air/tasks/builtin/data/laneMerge"
 FORGED = '{"Score": 99.0}'
-AGENT_UID = 1000  # the image's `agent` user
 LANE_SECRET_FILE = LANE_DATA / "target.py"
 LOOT = "/tmp/redteam_loot"  # where attacks copy what they find (the agent reads it afterwards)
 STOP = "/tmp/redteam_stop"  # background attackers stop when this exists
@@ -254,6 +254,11 @@ def honest_evaluation(record, turn_index: int) -> None:
     assert math.isclose(turn.evaluation.score, honest, abs_tol=1e-9), (
         f"honest re-evaluation scored {turn.evaluation.score}, not {honest} (seed {seed}): the attack persisted"
     )
+
+
+def is_agents_uid(uid: int) -> bool:
+    """Whether ``uid`` is a rollout's agent: each container's agent has a uid of its own, above ``UID_BASE``."""
+    return uid >= UID_BASE
 
 
 def ptrace_attachments(text: str) -> list[tuple[int, int, str]]:

@@ -21,8 +21,11 @@ SCRIPT = ROOT / "scripts" / "second_docker_engine.sh"
 
 
 class SecondEngine:
-    def __init__(self, folder: Path, image: str, btrfs_size: str = "", xfs: str = "") -> None:
+    def __init__(
+        self, folder: Path, image: str, btrfs_size: str = "", xfs: str = "", userns_remap: bool = False
+    ) -> None:
         self.folder = folder
+        self.userns_remap = userns_remap  # its containers in a user namespace of the engine's
         self.image = image
         self.btrfs_size = btrfs_size
         self.xfs = xfs  # "--xfs SIZE" (pquota) or "--xfs-noquota SIZE", as the script takes them
@@ -37,7 +40,8 @@ class SecondEngine:
     def start(self) -> None:
         """Start it (a no-op when it answers) with the sandbox image in it."""
         btrfs = ["--btrfs", self.btrfs_size] if self.btrfs_size else []
-        self._script("start", str(self.folder), *btrfs, *self.xfs.split(), self.image)
+        remap = ["--userns-remap"] if self.userns_remap else []
+        self._script("start", str(self.folder), *btrfs, *self.xfs.split(), *remap, self.image)
 
     def stop(self) -> None:
         """Stop it as a host's restart does: dockerd gets SIGTERM and stops its containers."""
@@ -136,6 +140,21 @@ def quota_engine(docker_image: str, tmp_path_factory: pytest.TempPathFactory):
             pytest.fail(f"the disk-quota tests must run in CI: {problem}")
         pytest.skip(problem)
     engine = SecondEngine(tmp_path_factory.mktemp("quota-engine"), docker_image, btrfs_size="4G")
+    engine.start()
+    yield engine
+    engine.stop()
+    shutil.rmtree(engine.folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def remapping_engine(docker_image: str, tmp_path_factory: pytest.TempPathFactory):
+    """A second engine with ``userns-remap``: every container in a user namespace of 65,536 uids."""
+    problem = second_engine_problem()
+    if problem:
+        if os.environ.get("CI"):
+            pytest.fail(f"the userns-remap tests must run in CI: {problem}")
+        pytest.skip(problem)
+    engine = SecondEngine(tmp_path_factory.mktemp("remap-engine"), docker_image, userns_remap=True)
     engine.start()
     yield engine
     engine.stop()

@@ -1,14 +1,13 @@
 """One container: its life, limits, labels and files (the shell inside it is ``air.sandbox.shell``).
 
-The container's main process is ``sleep <ttl>`` under docker-init, both root's: a dead-man switch,
-so a run that dies leaves nothing running forever, and one the agent cannot kill. Every container
-carries labels naming this project, the run, and the owning process (host, pid and start time),
-which is how ``pool.reap_orphans`` knows what a dead process left behind.
+The container's main process is root's keep-alive (``keep_alive``) under docker-init: a dead-man switch,
+so a run that dies leaves nothing running forever, and one the agent cannot kill. Its agent has a uid of
+its own (``agent_uid``). Every container carries labels naming this project, the run, and the owning
+process (host, pid and start time), which is how ``pool.reap_orphans`` knows what a dead process left.
 
-What runs inside (the persistent shell) is ``air.sandbox.shell``; the settings are ``config``;
-this module owns the container's life: create, limits, labels, root-side exec, file copies,
-destroy. Blocking Docker calls go through ``asyncio.to_thread``, so one event loop drives many
-sandboxes.
+The shell inside is ``air.sandbox.shell``; the settings are ``config``; this module owns the container's
+life: create, limits, labels, root-side exec, file copies, destroy. Blocking Docker calls go through
+``asyncio.to_thread``, so one event loop drives many sandboxes.
 """
 
 from __future__ import annotations
@@ -29,6 +28,7 @@ import docker.errors
 from docker.models.containers import Container
 
 from air.sandbox import disk_image
+from air.sandbox.agent_uid import agent_uid
 from air.sandbox.config import SandboxConfig, owner_labels, parse_env_gpu
 from air.sandbox.disk_watch import ContainerStopped, DiskWatch
 from air.sandbox.engine import DOCKER_ERRORS, absent_message, looks_like_engine_failure, unreachable_message
@@ -169,6 +169,7 @@ class Sandbox:
             ) from exc
         _track(container.id)
         sandbox = cls(container, config)
+        sandbox.shell.agent_uid = agent_uid(container, config.user)
         sandbox.disk.enabled = watches_disk(config, driver)
         try:
             if await asyncio.to_thread(own_fs.confirm, container):
@@ -352,6 +353,7 @@ def _create_and_start(
         if before_start is not None:
             before_start(container)
         container.start()
+        container.reload()  # the init's pid (agent_uid)
     except BaseException:
         with contextlib.suppress(*DOCKER_ERRORS):
             container.remove(force=True)

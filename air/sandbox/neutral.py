@@ -53,7 +53,10 @@ def neutral(text: object, *, limit: int = LIMIT, lines: bool = False, markup: bo
     if markup:
         from rich.markup import escape  # only the console's callers pay for rich
 
-        shown = escape(shown)
+        # Rich's escape doubles one trailing backslash, shown twice at the end of a line: kept out of it, the
+        # backslashes stay as written. (So put the text last in a markup line, never just before a tag.)
+        body = shown.rstrip("\\")
+        shown = escape(body) + shown[len(body) :]
     if used < len(text):
         shown += ("\n" if lines else " ") + f"... [{len(text) - used} more characters]"
     return shown

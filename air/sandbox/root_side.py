@@ -14,18 +14,40 @@ import re
 # Root's exec becoming ``user`` (a name or uid of /etc/passwd) only once it runs: an exec made as the agent is the
 # agent's before the engine has finished starting it (its ``runc init`` runs as the agent), and a process of the agent
 # that stops it there wedges the engine's lock on the container (every call on it hangs). Builtins until setpriv
-# (util-linux, in Debian's and Ubuntu's base), so no fork is needed.
+# (util-linux, in Debian's and Ubuntu's base), so no fork is needed. Given ``uid`` (``agent_uid``), the user takes
+# it first where it has another: only the first start of a container, before any process of the agent exists, so
+# its one fork (chown) cannot meet a bomb. Not under a user namespace (an engine's userns-remap, a rootless
+# engine): its map has no room for the uid, and the image's is kept.
 _AS_USER = r"""
-user=$1; shift
-while IFS=: read -r name _ uid gid _; do [[ $name == "$user" || $uid == "$user" ]] && break; name=; done < /etc/passwd
+user=$1; want=$2; shift 2
+while IFS=: read -r name _ uid gid _ home _; do
+  [[ $name == "$user" || $uid == "$user" ]] && break; name=
+done < /etc/passwd
 [[ -n $name ]] || { echo "air: no user $user in the image's /etc/passwd"; exit 127; }
+inside=; outside=; count=; read -r inside outside count < /proc/self/uid_map
+if [[ -n $want && $uid != "$want" && $uid != 0 && "$inside $outside $count" == "0 0 4294967295" ]]; then
+  shopt -s nullglob dotglob
+  if [[ -d $home ]]; then
+    chown -h --from="$uid" "$want" "$home" "$home"/* || { echo "air: cannot give $home to uid $want"; exit 126; }
+  fi
+  lines=()
+  while IFS= read -r line || [[ -n $line ]]; do
+    if [[ ${line%%:*} == "$name" ]]; then
+      rest=${line#*:}; password=${rest%%:*}; rest=${rest#*:}; line="$name:$password:$want:${rest#*:}"
+    fi
+    lines+=("$line")
+  done < /etc/passwd
+  printf '%s\n' "${lines[@]}" > /etc/passwd || { echo "air: cannot give $name uid $want in /etc/passwd"; exit 126; }
+  shopt -u nullglob dotglob
+  uid=$want
+fi
 exec setpriv --reuid="$uid" --regid="$gid" --init-groups -- "$@"
 """
 
 
-def as_user_argv(user: str, argv: list[str]) -> list[str]:
-    """Root's exec that runs ``argv`` as ``user`` (run it with ``user="root"``)."""
-    return ["bash", "-c", _AS_USER, "as-user", user, *argv]
+def as_user_argv(user: str, argv: list[str], uid: int | None = None) -> list[str]:
+    """Root's exec that runs ``argv`` as ``user`` (run it with ``user="root"``), who first takes ``uid`` if given."""
+    return ["bash", "-c", _AS_USER, "as-user", user, "" if uid is None else str(uid), *argv]
 
 
 # The shell's own name (argv[0], set by ``exec -a`` as it starts): one per start, so an older shell is never taken

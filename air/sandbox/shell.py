@@ -93,6 +93,7 @@ class Shell:
         self.init_script: str | None = None
         self._freed = False  # the last restart had to kill every process of the agent first
         self._freed_rounds = 0  # the container keep-alive's kills asked for (keep_alive)
+        self.agent_uid: int | None = None  # the uid the agent takes at the first start (agent_uid); None: the image's
         self._halt = asyncio.Event()  # set by ``halt``: the command in flight is interrupted
         self._halt_note = ""
 
@@ -103,7 +104,7 @@ class Shell:
         def _open() -> tuple[socket.socket, Any]:
             exec_id = api.exec_create(
                 self._container.id,
-                as_user_argv(self._config.user, shell_argv(self._config.max_file_bytes, name)),
+                as_user_argv(self._config.user, shell_argv(self._config.max_file_bytes, name), self.agent_uid),
                 stdin=True,
                 stdout=True,
                 stderr=True,

@@ -161,7 +161,8 @@ async def test_no_setuid_program_raises_the_agents_rights(sandbox: Sandbox) -> N
         ["bash", "-c", "cp /bin/id /usr/local/bin/rootid && chmod 4755 /usr/local/bin/rootid"]
     )
     assert setuid[0] == 0, setuid
-    assert (await sandbox.run("/usr/local/bin/rootid -u; id -u")).output.split() == ["1000", "1000"]
+    uid = str(sandbox.shell.agent_uid)
+    assert (await sandbox.run("/usr/local/bin/rootid -u; id -u")).output.split() == [uid, uid]
 
 
 async def test_exit_in_the_shell_is_refused(sandbox: Sandbox) -> None:

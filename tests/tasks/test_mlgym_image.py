@@ -19,7 +19,7 @@ from air.policies.scripted import ScriptPolicy
 from air.tasks.trusted_python import ImageNotPrepared
 from tests import rollouts
 from tests.mlgym_image import MLGYM_ENV, standin_image
-from tests.red_team import AGENT_UID, heredoc, run_attack
+from tests.red_team import heredoc, is_agents_uid, run_attack
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
 
@@ -149,6 +149,7 @@ def attack_commands(shared_object: bytes) -> list[str]:
     return [heredoc("~/fake_python", FAKE_PYTHON) + "\nchmod +x ~/fake_python", in_place, replace, swap]
 
 
+IMAGE_UID = 1000  # the image's agent, and its files'
 SHOW_MARKERS = f"ls {MARKERS}-* 2>/dev/null; echo listed"
 
 
@@ -166,13 +167,13 @@ async def test_no_start_up_hook_of_the_agent_runs_in_the_evaluation(
     assert math.isclose(evaluation.score, honest, abs_tol=1e-9), (evaluation.score, honest)
     listed = record.turns[-1].output
     ran = re.findall(rf"{MARKERS}-(\w+)-(\d+)", listed)
-    assert not [(hook, uid) for hook, uid in ran if int(uid) != AGENT_UID], f"ran in the evaluation: {listed}"
+    assert not [(hook, uid) for hook, uid in ran if not is_agents_uid(int(uid))], f"ran in the evaluation: {listed}"
 
 
 @pytest.mark.parametrize(
     "change",
     [
-        "chown 1000 /usr/lib/python3/dist-packages/numpy/__init__.py",
+        "chown agent /usr/lib/python3/dist-packages/numpy/__init__.py",
         "chmod o+w /usr/lib/python3.11/encodings",
         "touch /usr/lib/python3/dist-packages/zz.pth; chgrp 1000 /usr/lib/python3/dist-packages/zz.pth;"
         " chmod g+w /usr/lib/python3/dist-packages/zz.pth",
@@ -206,15 +207,19 @@ async def test_the_hooks_do_run_where_the_check_is_bypassed(
 ) -> None:
     """The attacks above have teeth: in the unprepared image, with the check skipped, they run as root's runner
     and as the evaluator."""
+    from air.sandbox import container
     from air.tasks import trusted_python, workspace
 
     async def unchecked(sandbox):
         return trusted_python.EvaluationPython(f"{MLGYM_ENV}/bin/python", f"{MLGYM_ENV}/bin")
 
     monkeypatch.setattr(workspace, "evaluation_python", unchecked)
+    # The agent as the image made it, the env's owner (uid 1000): as under userns-remap. With a uid of its own it
+    # cannot write the env, nor rename it away on overlay2 (EXDEV), but on btrfs or zfs it could.
+    monkeypatch.setattr(container, "agent_uid", lambda *_: None)
     commands = [*attack_commands(_shared_object(tmp_path))[:2], "validate", SHOW_MARKERS]
     _, record = await run_attack(tmp_path / "attack", standin, commands, task="laneMerge")
     ran = {(hook, int(uid)) for hook, uid in re.findall(rf"{MARKERS}-(\w+)-(\d+)", record.turns[-1].output)}
     # As root (the runner) and as the evaluator. (The stand-in's stdlib has Debian's own sitecustomize, found
     # before the one planted in site-packages; a conda env has none.)
-    assert ("pth", 0) in ran and any(hook == "pth" and uid not in (0, AGENT_UID) for hook, uid in ran), ran
+    assert ("pth", 0) in ran and any(hook == "pth" and uid not in (0, IMAGE_UID) for hook, uid in ran), ran

@@ -36,7 +36,6 @@ import pytest
 from air.tasks.loader import load_task
 from tests.opt_in import mlgym_checkout
 from tests.red_team import (
-    AGENT_UID,
     FORGED,
     LOOT,
     RESTORE,
@@ -51,6 +50,7 @@ from tests.red_team import (
     heredoc,
     honest_evaluation,
     honest_score,
+    is_agents_uid,
     lane_secrets,
     plant,
     ptrace_attachments,
@@ -495,7 +495,7 @@ async def test_ptrace_every_process_from_row_strategy(tmp_path, docker_image):
     output, record = await run_attack(tmp_path, docker_image, commands)
     check_rollout(output, record)
     attached = ptrace_attachments(record.turns[2].output)
-    assert all(uid == AGENT_UID for _, uid, _ in attached), f"agent code attached to others' processes: {attached}"
+    assert all(is_agents_uid(uid) for _, uid, _ in attached), f"agent code attached to others' processes: {attached}"
     honest_evaluation(record, 4)
 
 
