@@ -1,16 +1,17 @@
 """The agent's uid: one per container, never one a host user or another container's agent has.
 
-The kernel counts some limits per uid of the host, not per container: inotify instances and watches, epoll
-watches, POSIX message queue bytes, queued signals. With every container's agent the image's uid 1000 (the host's
-first user's, too), what one rollout held, another could not take, and the count was a channel between the two.
-So each container's agent gets ``UID_BASE`` plus the host pid of the container's init (``State.Pid``): two live
-containers of one engine never share a pid, and no host user's uid is near 2**30. The change itself is root's, at
-the first shell start, before any process of the agent exists (``root_side.as_user_argv``): the image's
-/etc/passwd line of the agent takes the new uid, and the home folder and what is directly in it follow; files
-deeper down that the image gave uid 1000 stay readable by the agent, not writable. Where the engine maps users
-into a namespace of its own (``userns-remap``, rootless engines), that map holds 65,536 uids at most and the
-container keeps the image's uid (root_side reads /proc/self/uid_map): the namespace's range is then shared by
-every container of that engine, and per-user counts cross between them as before.
+The kernel counts some limits per uid of the host, not per container: inotify instances and watches, epoll watches,
+POSIX message queue bytes, queued signals. With every container's agent the image's uid 1000 (the host's first
+user's, too), what one rollout held, another could not take, and the count was a channel between the two. So each
+container's agent gets ``UID_BASE`` plus the host pid of the container's init (``State.Pid``): two live containers
+of one engine never share a pid, and no host user's uid is near 2**30. (Engines in separate pid namespaces of one
+kernel, Docker in Docker, may repeat a pid: their agents may then share a uid.) The change itself is root's, at the
+first shell start, before any process of the agent exists (``root_side.as_user_argv``): the image's /etc/passwd
+line of the agent takes the new uid, and the home folder and what is directly in it follow; files deeper down that
+the image gave uid 1000 stay readable by the agent, not writable. Where the engine maps users into a namespace of
+its own (``userns-remap``, rootless engines), that map holds 65,536 uids at most and the container keeps the
+image's uid (root_side reads /proc/self/uid_map): the namespace's range is then shared by every container of that
+engine, and per-user counts cross between them as before.
 """
 
 from __future__ import annotations

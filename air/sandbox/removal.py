@@ -20,6 +20,7 @@ import re
 import signal
 import socket
 import threading
+from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
@@ -56,6 +57,13 @@ def destroy_in_background(sandbox_or_id: Sandbox | str) -> Future[Any]:
         _pending.add(future)
     future.add_done_callback(lambda f: _forget(f, cid))
     return future
+
+
+def wait_for_removals(timeout: float | None = None) -> bool:
+    """Wait for the background removals started so far (blocking); False if some still run after ``timeout``."""
+    with _pending_lock:
+        pending = list(_pending)
+    return not futures.wait(pending, timeout=timeout).not_done
 
 
 def _forget(future: Future[Any], cid: str) -> None:
@@ -198,10 +206,7 @@ def cleanup_all(wait: bool = True) -> None:
     if left:
         log.warning("%d sandbox container(s) could not be removed; `uv run air clean` removes them", left)
     if wait:
-        with _pending_lock:
-            pending = list(_pending)
-        for future in pending:
-            future.exception()  # waits
+        wait_for_removals()
 
 
 _handlers_installed = False

@@ -21,6 +21,7 @@ from air.env.settings import EnvSettingsError
 from air.env.trajectory_reader import iter_trajectory_paths
 from air.policies.scripted import ScriptPolicy
 from air.sandbox.config import LABEL, LABEL_RUN
+from air.sandbox.removal import wait_for_removals
 from air.serving.server import PolicyServer
 from air.tasks.loader import load_task
 from air.tasks.workspace import evaluation_seed
@@ -134,9 +135,8 @@ async def test_eight_concurrent_rollouts_improve_and_are_recorded(tmp_path, dock
         step = progress("laneMerge", submitted) - progress("laneMerge", validated)
         assert record.turns[3].step_reward == pytest.approx(step, abs=1e-9)
         assert "Evaluation Score:" in record.turns[2].output and "turn 3 of 6" in record.turns[2].output
-    assert not our_containers(env.settings.run_id) or all(
-        c.status != "running" for c in our_containers(env.settings.run_id)
-    )
+    assert await asyncio.to_thread(wait_for_removals, backstop(60))  # removed in the background: done by now
+    assert all(c.status != "running" for c in our_containers(env.settings.run_id))
 
 
 @pytest.mark.docker

@@ -12,9 +12,15 @@ frees never masks its rollout.
 
 from __future__ import annotations
 
+import asyncio
+
+import docker
 import pytest
 
 from air.policies.scripted import ScriptPolicy
+from air.sandbox.config import LABEL_RUN
+from air.sandbox.removal import wait_for_removals
+from rigs.patience import backstop
 from tests import rollouts
 from tests.red_team import make_env, past_the_memory_budget, run_attack
 
@@ -87,3 +93,7 @@ async def test_memory_full_of_what_no_kill_frees_is_the_agents_forfeit(tmp_path,
     assert record.turns[0].evaluation is not None and record.turns[0].evaluation.status == "ok", record.turns[0]
     assert output["reward"] < -1.0, output["reward"]  # the no-score reward, whatever was scored before
     assert "the container's memory is full" in record.turns[-1].output, record.turns[-1].output
+    # And the container goes with its rollout (removed in the background: waited for here).
+    assert await asyncio.to_thread(wait_for_removals, backstop(60))
+    running = docker.from_env().containers.list(filters={"label": f"{LABEL_RUN}={env.settings.run_id}"}, sparse=True)
+    assert not running, running
