@@ -22,6 +22,7 @@ from air.sandbox.config import LABEL_RUN
 from air.sandbox.removal import wait_for_removals
 from rigs.patience import backstop
 from tests import rollouts
+from tests.mlgym_image import standin_image
 from tests.red_team import make_env, past_the_memory_budget, run_attack
 
 pytestmark = pytest.mark.docker
@@ -75,17 +76,28 @@ async def test_empty_files_in_memory_never_mask_the_rollout(tmp_path, docker_ima
     assert evaluation is not None and evaluation.status == "ok", evaluation
 
 
+@pytest.fixture(params=["ours", "mlgym-layout"])
+def image(request: pytest.FixtureRequest, docker_image: str) -> str:
+    """Our image, and MLGym's layout (prepared: the form in which evaluation accepts it)."""
+    if request.param == "ours":
+        return docker_image
+    from air.sandbox.image.prepared import build_prepared
+
+    return build_prepared(standin_image(docker_image), progress=False).tag
+
+
 @pytest.mark.timeout(600)
-async def test_memory_full_of_what_no_kill_frees_is_the_agents_forfeit(tmp_path, docker_image, monkeypatch):
+async def test_memory_full_of_what_no_kill_frees_is_the_agents_forfeit(tmp_path, image, monkeypatch):
     """/tmp as large as the memory limit (refused at load, built here past the check): bytes in it, then empty
     files made by the shell's builtins, fill the container's memory until no new shell (nor root's exec) can
-    start. The container runs and the engine answers: the rollout ends with the no-score reward, never masked."""
+    start. The container runs and the engine answers: the rollout ends with the no-score reward, never masked,
+    and its container is removed (issue 62, cause 6: under a minute from the shell's loss, docs/security.md)."""
     past_the_memory_budget(monkeypatch, memory="1g", tmp_size="1g", shm_size="64m")
     # Each step eats what the last one's killed processes gave back; the rollout ends at the first that leaves
     # no room for a new shell (the steps after it are not played).
     fills = [f"i=0; while : > /tmp/b{n}_$i; do i=$((i+1)); done; echo made $i" for n in range(8)]
     commands = [SUBMIT, "head -c 1100M /dev/zero > /tmp/fill; echo $?", *fills, "kill -9 $$"]
-    env = make_env(tmp_path, docker_image, task_configs=["loanDefault"], max_turns=len(commands))
+    env = make_env(tmp_path, image, task_configs=["loanDefault"], max_turns=len(commands))
     (output,) = await rollouts.run_group(env, ScriptPolicy(commands), "loanDefault")
     (record,) = rollouts.trajectories(tmp_path)
     assert output.get("error") is None, f"the rollout was masked: {output.get('error')}"
