@@ -102,7 +102,10 @@ def _fresh_venv(root: Path, wheel: Path, extra: str) -> Path:
     pinned to the generation tested (0.4.x): by itself uv settles on openai 3.x (from our `openai>=1.40`)
     before verifiers, then backs verifiers off to 0.3.1, which does not cap openai."""
     uv, venv = _uv(), root / f"venv-{extra}"
-    _run([uv, "venv", "--python", f"{sys.version_info.major}.{sys.version_info.minor}", str(venv)], timeout=120)
+    # The interpreter these tests run on, by path: asked for "3.11", uv takes the first on PATH, which may be
+    # Debian's 3.11.2, below the package's requires-python (3.11.4).
+    base = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+    _run([uv, "venv", "--python", base, str(venv)], timeout=120)
     python = venv / "bin" / "python"
     _run([uv, "pip", "install", "--python", str(python), f"{wheel}[{extra}]", _group_pin(extra)], timeout=600)
     return venv
