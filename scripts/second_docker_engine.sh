@@ -43,6 +43,14 @@ if [[ "${1:-}" == --userns-remap ]]; then
     shift
 fi
 
+# Unmounts every mount whose path starts with one of the given prefixes, deepest first.
+unmount_below() {
+    local prefix mount
+    for prefix in "$@"; do
+        awk -v root="$prefix" 'index($5, root) == 1 {print $5}' /proc/self/mountinfo
+    done | sort -ru | while read -r mount; do umount "$mount" 2>/dev/null || umount -l "$mount" 2>/dev/null || true; done
+}
+
 case "$action" in
 start)
     if [[ -S "$socket" ]] && DOCKER_HOST="unix://$socket" docker info >/dev/null 2>&1; then
@@ -135,9 +143,7 @@ stop)
         # first, then remove.
         # (A remapping engine keeps its state in exec-root.UID.GID beside it.)
         for _ in 1 2 3; do
-            awk -v root="$exec_root" 'index($5, root "/") == 1 || index($5, root ".") == 1 {print $5}' \
-                /proc/self/mountinfo | sort -r |
-                while read -r mount; do umount "$mount" 2>/dev/null || umount -l "$mount" 2>/dev/null || true; done
+            unmount_below "$exec_root/" "$exec_root."
             rm -rf "$exec_root" "$exec_root".* 2>/dev/null && break
             sleep 1
         done
@@ -149,8 +155,7 @@ stop)
     fi
     if [[ -f "$dir/data-root" ]]; then
         data_root=$(cat "$dir/data-root")
-        awk -v root="$data_root/" 'index($5, root) == 1 {print $5}' /proc/self/mountinfo | sort -r |
-            while read -r mount; do umount "$mount" 2>/dev/null || umount -l "$mount" 2>/dev/null || true; done
+        unmount_below "$data_root/"
         rm -rf "$data_root" "$dir/data-root"
     fi
     rm -f "$dir/btrfs.img" "$dir/xfs.img"

@@ -67,3 +67,10 @@ def standin_image(base: str) -> str:
             raise RuntimeError(f"building the MLGym stand-in failed: {event['error']}\n{''.join(log[-30:])}")
     client.images.get(tag)
     return tag
+
+
+def prepared_standin_image(base: str) -> str:
+    """The stand-in made safe by ``air build-image --from`` (the form in which evaluation accepts it)."""
+    from air.sandbox.image.prepared import build_prepared
+
+    return build_prepared(standin_image(base), progress=False).tag

@@ -131,45 +131,35 @@ def xfs_noquota_engine(docker_image: str, tmp_path_factory: pytest.TempPathFacto
     shutil.rmtree(engine.folder, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
-def quota_engine(docker_image: str, tmp_path_factory: pytest.TempPathFactory):
-    """A second engine on a btrfs data root: its storage driver sizes containers (a disk quota)."""
-    problem = second_engine_problem() or btrfs_problem()
+def _session_engine(docker_image: str, factory: pytest.TempPathFactory, what: str, problem: str | None, **kwargs):
+    """A session fixture's second engine (``SecondEngine``'s ``kwargs``): started, yielded, then stopped and its
+    folder removed. Skipped with ``problem``, or failed in CI: the ``what`` tests must run there."""
     if problem:
         if os.environ.get("CI"):
-            pytest.fail(f"the disk-quota tests must run in CI: {problem}")
+            pytest.fail(f"the {what} tests must run in CI: {problem}")
         pytest.skip(problem)
-    engine = SecondEngine(tmp_path_factory.mktemp("quota-engine"), docker_image, btrfs_size="4G")
+    engine = SecondEngine(factory.mktemp(f"{what}-engine"), docker_image, **kwargs)
     engine.start()
     yield engine
     engine.stop()
     shutil.rmtree(engine.folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def quota_engine(docker_image: str, tmp_path_factory: pytest.TempPathFactory):
+    """A second engine on a btrfs data root: its storage driver sizes containers (a disk quota)."""
+    problem = second_engine_problem() or btrfs_problem()
+    yield from _session_engine(docker_image, tmp_path_factory, "disk-quota", problem, btrfs_size="4G")
 
 
 @pytest.fixture(scope="session")
 def remapping_engine(docker_image: str, tmp_path_factory: pytest.TempPathFactory):
     """A second engine with ``userns-remap``: every container in a user namespace of 65,536 uids."""
     problem = second_engine_problem()
-    if problem:
-        if os.environ.get("CI"):
-            pytest.fail(f"the userns-remap tests must run in CI: {problem}")
-        pytest.skip(problem)
-    engine = SecondEngine(tmp_path_factory.mktemp("remap-engine"), docker_image, userns_remap=True)
-    engine.start()
-    yield engine
-    engine.stop()
-    shutil.rmtree(engine.folder, ignore_errors=True)
+    yield from _session_engine(docker_image, tmp_path_factory, "userns-remap", problem, userns_remap=True)
 
 
 @pytest.fixture(scope="session")
 def second_engine(docker_image: str, tmp_path_factory: pytest.TempPathFactory):
     problem = second_engine_problem()
-    if problem:
-        if os.environ.get("CI"):
-            pytest.fail(f"the engine-restart tests must run in CI: {problem}")
-        pytest.skip(problem)
-    engine = SecondEngine(tmp_path_factory.mktemp("engine"), docker_image)
-    engine.start()
-    yield engine
-    engine.stop()
-    shutil.rmtree(engine.folder, ignore_errors=True)
+    yield from _session_engine(docker_image, tmp_path_factory, "engine-restart", problem)

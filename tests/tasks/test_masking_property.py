@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from tests.mlgym_image import standin_image
+from tests.mlgym_image import prepared_standin_image
 from tests.red_team import run_attack
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(900)]
@@ -42,9 +42,7 @@ def sequence(seed: int, length: int) -> list[str]:
 
 @pytest.fixture(scope="session")
 def mlgym_shaped(docker_image: str) -> str:
-    from air.sandbox.image.prepared import build_prepared
-
-    return build_prepared(standin_image(docker_image), progress=False).tag
+    return prepared_standin_image(docker_image)
 
 
 @pytest.mark.parametrize(("image", "seed"), [("ours", 62), ("ours", 6200), ("mlgym", 620)])

@@ -18,7 +18,7 @@ import pytest
 from air.policies.scripted import ScriptPolicy
 from air.tasks.trusted_python import ImageNotPrepared
 from tests import rollouts
-from tests.mlgym_image import MLGYM_ENV, standin_image
+from tests.mlgym_image import MLGYM_ENV, prepared_standin_image, standin_image
 from tests.red_team import heredoc, is_agents_uid, run_attack
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
@@ -33,10 +33,8 @@ def standin(docker_image: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def prepared(standin: str) -> str:
-    from air.sandbox.image.prepared import build_prepared
-
-    return build_prepared(standin, progress=False).tag
+def prepared(docker_image: str) -> str:
+    return prepared_standin_image(docker_image)
 
 
 async def honest_score(tmp_path: Path, image: str, task: str) -> float:

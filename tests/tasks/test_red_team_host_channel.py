@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.mlgym_image import standin_image
+from tests.mlgym_image import prepared_standin_image
 from tests.red_team import heredoc, run_attack
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
@@ -93,9 +93,7 @@ while True:
 
 @pytest.fixture(scope="session")
 def prepared_mlgym_image(docker_image: str) -> str:
-    from air.sandbox.image.prepared import build_prepared
-
-    return build_prepared(standin_image(docker_image), progress=False).tag
+    return prepared_standin_image(docker_image)
 
 
 def attack(mode: str) -> list[str]:

@@ -22,7 +22,7 @@ from air.sandbox.config import LABEL_RUN
 from air.sandbox.removal import wait_for_removals
 from rigs.patience import backstop
 from tests import rollouts
-from tests.mlgym_image import standin_image
+from tests.mlgym_image import prepared_standin_image
 from tests.red_team import make_env, past_the_memory_budget, run_attack
 
 pytestmark = pytest.mark.docker
@@ -81,9 +81,7 @@ def image(request: pytest.FixtureRequest, docker_image: str) -> str:
     """Our image, and MLGym's layout (prepared: the form in which evaluation accepts it)."""
     if request.param == "ours":
         return docker_image
-    from air.sandbox.image.prepared import build_prepared
-
-    return build_prepared(standin_image(docker_image), progress=False).tag
+    return prepared_standin_image(docker_image)
 
 
 @pytest.mark.timeout(600)
